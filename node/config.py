@@ -1,0 +1,93 @@
+"""The node's whole configuration: one pydantic model per concern, assembled here, read from YAML.
+
+Every component owns its config class next to its code (generation → GenerationConfig, loss →
+losses.LossConfig, …); this module only assembles them. A bad file gets one line naming the
+field: `config error in examples/x.yaml: train.lr: Input should be greater than 0`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from losses import LossConfig
+from node.checkpoint import CheckpointConfig
+from node.generation import GenerationConfig
+from node.ingest import IngestConfig
+from node.metrics import MetricsConfig
+from node.models import ModelConfig
+from node.select import SelectConfig
+from node.tasks import TaskConfig
+from node.train import TrainConfig
+from swarm.config import SwarmConfig
+
+
+class EvalConfig(BaseModel):
+    """Held-out accuracy: one sampled completion per held-out item (tasks.eval_size items)."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every N rounds (0 = never).")
+    at_start: bool = Field(True, description="Also evaluate before the first round.")
+
+
+class NodeConfig(BaseModel):
+    """One node. See docs/CONFIG.md for every field."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("node", min_length=1, max_length=64, description="Label in logs and metrics.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds torch sampling and selection.")
+    rounds: int = Field(20, ge=1, le=10_000_000, description="Rounds to run (--rounds overrides).")
+    torch_threads: int | None = Field(None, ge=1, le=1024, description="torch intra-op threads.")
+    model: ModelConfig
+    tasks: TaskConfig
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    loss: LossConfig = Field(default_factory=lambda: {"name": "grpo"})
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+class ConfigError(ValueError):
+    """A config problem, already phrased as the one line the user sees."""
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        data = data.setdefault(k, {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"cannot set {dotted}: {k} is not a mapping")
+    data[keys[-1]] = value
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> NodeConfig:
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ConfigError(f"config error in {source}: {where}: {err['msg']}{more}") from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    """Read YAML, apply dotted-key overrides (e.g. {"swarm.initial_peers": [...]}) and validate."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config error in {path}: not valid YAML: {exc}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error in {path}: the top level must be a mapping")
+    for key, value in (overrides or {}).items():
+        _set_path(data, key, value)
+    return parse_config(data, str(path))

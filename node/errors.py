@@ -1,0 +1,22 @@
+"""Exceptions that mean "the user asked for something impossible": shown as one line, exit 2."""
+
+from __future__ import annotations
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from node.config import ConfigError
+
+    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
+    try:
+        from node.models import ModelNotFound
+
+        errors.append(ModelNotFound)
+    except ImportError:
+        pass
+    try:
+        from swarm.bootstrap import BootstrapUnreachable
+
+        errors.append(BootstrapUnreachable)
+    except ImportError:
+        pass
+    return tuple(errors)

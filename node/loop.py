@@ -1,0 +1,125 @@
+"""One round of a node, in the order of DESIGN §3. Start reading here.
+
+    1. tasks      sample B verifiable tasks, render prompts with our chat template
+    2. generate   G completions per prompt, with per-token sampling logprobs μ
+    3. verify     rewards from our verifier, advantages within each group
+    4. publish    our groups go to the swarm (if one is configured)
+    5. gather     peers' groups: regenerated, re-verified, advantages recomputed here
+    6. select     SAPO: I local + J external informative groups
+    7. score      π_θ on every selected completion, in our tokenization
+    8. step       pluggable loss, micro-batches, one optimizer step
+    9. sync       new weights into the generator
+   10. average    (federated mode) LoRA averaging with peers — not in this mode
+   11. record     metrics line, held-out eval when due, checkpoint when due
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from node.groups import Group, verify_group
+from node.ingest import ingest
+from node.node import Node
+from node.records import to_records
+from node.train import build_rows, train_step
+
+
+def run_round(node: Node, round_: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    cfg = node.cfg
+
+    tasks = node.tasks.sample(round_, cfg.generation.prompts_per_round)  # 1
+    prompts = [node.prompt_of(t) for t in tasks]
+    gen = node.generator.generate(prompts, n=cfg.generation.group_size)  # 2
+    local = [
+        verify_group(node.tasks, t, comps, mode=cfg.train.advantage,  # 3
+                     round=round_, policy_version=node.policy_version)
+        for t, comps in zip(tasks, gen.groups)
+    ]
+    wire_bytes = publish(node, round_, local, prompts)  # 4
+    received, drops, gather_s = gather(node, round_)  # 5
+    node.selector.add_external(received)
+    selection = node.selector.select(local)  # 6
+    rows = build_rows(selection.groups, node.tokenizer, node.prompt_of)  # 7
+    step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,  # 8
+                      temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id)
+    if step.stepped:
+        node.policy_version += 1
+        node.generator.sync_weights(node.model, node.policy_version)  # 9
+
+    eval_accuracy = node.evaluate() if node.eval_due(round_) else None  # 11
+    metrics = round_metrics(node, round_, local, selection, step, gen, wire_bytes,
+                            received, drops, gather_s, eval_accuracy, time.perf_counter() - started)
+    node.log.write(metrics)
+    if node.checkpoint_due(round_):
+        node.save_checkpoint(round_)
+    return metrics
+
+
+def publish(node: Node, round_: int, local: list[Group], prompts: list[str]) -> int:
+    if node.transport is None:
+        return 0
+    return node.transport.publish(round_, to_records(node, round_, local, prompts))
+
+
+def gather(node: Node, round_: int) -> tuple[list[Group], dict[str, int], float | None]:
+    """Peers' groups for this round (bounded wait) and late ones from the staleness window."""
+    if node.transport is None:
+        return [], {}, None
+    sw = node.cfg.swarm
+    now = node.transport.gather([round_], timeout=sw.gather_timeout_s, min_peers=sw.gather_min_peers)
+    window = range(max(0, round_ - node.cfg.ingest.max_staleness_rounds), round_)
+    late = node.transport.gather(list(window), timeout=0.0, min_peers=0) if len(window) else None
+    records = now.records + (late.records if late else [])
+    drops = now.drops + (late.drops if late else type(now.drops)())
+    result = ingest(records, tasks=node.tasks, cfg=node.cfg.ingest, round_=round_,
+                    own_fingerprint=node.fingerprint, own_vocab_size=node.vocab_size,
+                    advantage_mode=node.cfg.train.advantage)
+    drops.update(result.drops)
+    node.selector.prune(lambda g: round_ - g.round <= node.cfg.ingest.max_staleness_rounds)
+    return result.groups, dict(drops), now.latency_s
+
+
+def round_metrics(node, round_, local, selection, step, gen, wire_bytes, received, drops,
+                  gather_s, eval_accuracy, round_s) -> dict[str, Any]:
+    rewards = [r for g in local for r in g.rewards]
+    return {
+        "node": node.cfg.name,
+        "round": round_,
+        "policy_version": node.policy_version,
+        "reward_mean": statistics.fmean(rewards),
+        "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards),
+        "eval_accuracy": eval_accuracy,
+        "eval_accuracy_before": node.eval_before if round_ == 0 else None,
+        "groups_local": selection.local,
+        "groups_external": selection.external,
+        "groups_published": len(local) if node.transport is not None else 0,
+        "groups_received": len(received),
+        "groups_zero_adv": selection.dropped_zero_adv,
+        "external_peers": sorted({g.source for g in selection.groups if g.is_external}),
+        "rows_trained": step.rows,
+        "rows_dash_filtered": step.rows_filtered,
+        "completion_len_mean": statistics.fmean(len(c.token_ids) for g in local for c in g.completions),
+        "gen_s": gen.seconds,
+        "tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
+        "step_s": step.seconds,
+        "round_s": round_s,
+        "gather_s": gather_s,
+        "wire_bytes": wire_bytes,
+        "drops": drops,
+        "time": time.time(),
+        **step.metrics,
+    }
+
+
+def run(node: Node, rounds: int) -> list[dict[str, Any]]:
+    """Run rounds start..rounds-1 (resuming after the last checkpointed round)."""
+    out = []
+    if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
+        node.eval_before = node.evaluate()
+    for round_ in range(node.next_round, rounds):
+        out.append(run_round(node, round_))
+        node.next_round = round_ + 1
+    return out

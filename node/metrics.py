@@ -1,0 +1,129 @@
+"""Per-round metrics: a JSONL log (read by `swarm plot` and bench/), a prometheus-client
+`/metrics` endpoint (off unless a port is configured), and one readable console line per round.
+
+Each JSONL line is flushed and fsync'd as it is written, so a `kill -9` loses no finished
+round. Rounds re-run after a resume append new lines (marked `"resumed": true` on the first);
+readers keep the last line per round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MetricsConfig(BaseModel):
+    """Where metrics go."""
+
+    model_config = ConfigDict(extra="forbid")
+    prometheus_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve /metrics on this port (null = off; 0 = any free)."
+    )
+    prometheus_host: str = Field("127.0.0.1", description="Address /metrics binds to.")
+    console: bool = Field(True, description="Print one progress line per round.")
+
+
+class Prom:
+    """The node's prometheus metrics, on a registry of its own (several nodes per process in tests)."""
+
+    def __init__(self, node: str):
+        r = self.registry = CollectorRegistry()
+        lab = ["node"]
+        self.node = node
+        self.rounds = Counter("swarm_rounds_total", "Rounds completed", lab, registry=r)
+        self.reward = Gauge("swarm_reward_mean", "Mean reward of own completions", lab, registry=r)
+        self.accuracy = Gauge("swarm_accuracy", "Fraction of own completions fully correct", lab, registry=r)
+        self.eval_accuracy = Gauge("swarm_eval_accuracy", "Held-out accuracy", lab, registry=r)
+        self.published = Counter("swarm_rollouts_published_total", "Groups published", lab, registry=r)
+        self.received = Counter("swarm_rollouts_received_total", "External groups accepted", lab, registry=r)
+        self.dropped = Counter(
+            "swarm_records_dropped_total", "Records dropped", lab + ["reason"], registry=r
+        )
+        self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
+        self.gather_latency = Histogram("swarm_gather_seconds", "Gather latency", lab, registry=r)
+        self.step_s = Gauge("swarm_step_seconds", "Train step seconds", lab, registry=r)
+        self.tokens_per_s = Gauge("swarm_generation_tokens_per_second", "Generation tokens/s", lab, registry=r)
+        self.is_mean = Gauge("swarm_is_weight_mean", "Mean importance weight", lab, registry=r)
+        self.is_max = Gauge("swarm_is_weight_max", "Max importance weight", lab, registry=r)
+
+    def serve(self, port: int, host: str) -> int:
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_port
+
+    def observe(self, m: dict[str, Any]) -> None:
+        n = self.node
+        self.rounds.labels(n).inc()
+        self.reward.labels(n).set(m["reward_mean"])
+        self.accuracy.labels(n).set(m["accuracy"])
+        if m.get("eval_accuracy") is not None:
+            self.eval_accuracy.labels(n).set(m["eval_accuracy"])
+        self.published.labels(n).inc(m.get("groups_published", 0))
+        self.received.labels(n).inc(m.get("groups_received", 0))
+        for reason, count in m.get("drops", {}).items():
+            self.dropped.labels(n, reason).inc(count)
+        self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
+        if m.get("gather_s") is not None:
+            self.gather_latency.labels(n).observe(m["gather_s"])
+        self.step_s.labels(n).set(m["step_s"])
+        self.tokens_per_s.labels(n).set(m["tokens_per_s"])
+        self.is_mean.labels(n).set(m.get("is_weight_mean", 1.0))
+        self.is_max.labels(n).set(m.get("is_weight_max", 1.0))
+
+
+class MetricsLog:
+    def __init__(self, out_dir: Path, node: str, cfg: MetricsConfig, stream: TextIO = sys.stdout):
+        self.path = out_dir / "metrics.jsonl"
+        self.cfg = cfg
+        self.stream = stream
+        self.prom = Prom(node)
+        self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
+        self._resumed = False
+
+    def mark_resumed(self) -> None:
+        self._resumed = True
+
+    def write(self, m: dict[str, Any]) -> None:
+        if self._resumed:
+            m = {**m, "resumed": True}
+            self._resumed = False
+        with open(self.path, "a") as f:
+            f.write(json.dumps(m, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.prom.observe(m)
+        if self.cfg.console:
+            print(progress_line(m), file=self.stream, flush=True)
+
+
+def progress_line(m: dict[str, Any]) -> str:
+    ev = m.get("eval_accuracy")
+    parts = [
+        f"[{m['node']}] round {m['round']:>4}",
+        f"reward {m['reward_mean']:.3f}",
+        f"acc {m['accuracy']:.3f}",
+        f"eval {ev:.3f}" if ev is not None else "eval   -  ",
+        f"groups {m['groups_local']}+{m['groups_external']}",
+        f"loss {m.get('loss', float('nan')):+.4f}",
+        f"{m['tokens_per_s']:.0f} tok/s",
+        f"round {m['round_s']:.1f}s",
+    ]
+    drops = sum(m.get("drops", {}).values())
+    if drops:
+        parts.append(f"dropped {drops}")
+    return " | ".join(parts)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The last line per round, in round order (rounds re-run after a resume supersede)."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            m = json.loads(line)
+            by_round[m["round"]] = m
+    return [by_round[r] for r in sorted(by_round)]

@@ -1,0 +1,110 @@
+"""A node's parts, built from its config: model, tasks, generator, loss, selector, transport, logs.
+
+`Node` holds state across rounds (weights, optimizer, round counter, policy version, the pool of
+external groups); `node.loop.run_round()` is the round itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import torch
+
+from losses import build_loss_from_config
+from node import checkpoint
+from node.config import NodeConfig
+from node.generation import build_generator
+from node.metrics import MetricsLog
+from node.models import load_model
+from node.select import SapoSelector
+from node.tasks import TaskSource, render_prompt
+from node.train import build_optimizer
+
+log = logging.getLogger(__name__)
+
+
+class Node:
+    def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport=None):
+        self.cfg = cfg
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+
+        loaded = load_model(cfg.model)
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
+        self.tasks = TaskSource(cfg.tasks)
+        self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
+        self.loss_fn = build_loss_from_config(cfg.loss)
+        self.optimizer = build_optimizer(self.model, cfg.train)
+        self.selector = SapoSelector(cfg.select, seed=cfg.seed)
+        self.transport = transport
+        self.peer_id = transport.peer_id if transport is not None else cfg.name
+        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics)
+        self._eval_set = self.tasks.eval_set()
+        self._system_prompt = self.tasks.system_prompt()
+        self._prompt_cache: dict = {}
+        self.policy_version = 0
+        self.next_round = 0
+        self.eval_before: float | None = None  # held-out accuracy before round 0
+        if cfg.checkpoint.resume:
+            self._resume()
+
+    # -- prompts -----------------------------------------------------------------------------
+    def prompt_of(self, task) -> str:
+        key = task.ref.dataset, task.ref.seed, task.ref.index, str(task.ref.config)
+        if key not in self._prompt_cache:
+            if len(self._prompt_cache) > 4096:
+                self._prompt_cache.clear()
+            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt)
+        return self._prompt_cache[key]
+
+    # -- evaluation --------------------------------------------------------------------------
+    def eval_due(self, round_: int) -> bool:
+        every = self.cfg.eval.every
+        return bool(every and self._eval_set) and ((round_ + 1) % every == 0 or round_ + 1 == self.cfg.rounds)
+
+    def evaluate(self) -> float:
+        """Held-out accuracy: one sampled completion per item, fraction fully correct."""
+        if not self._eval_set:
+            return float("nan")
+        prompts = [self.prompt_of(t) for t in self._eval_set]
+        result = self.generator.generate(prompts, n=1)
+        rewards = [self.tasks.score(t, g[0].text) for t, g in zip(self._eval_set, result.groups)]
+        return sum(r >= 1.0 for r in rewards) / len(rewards)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+    def checkpoint_due(self, round_: int) -> bool:
+        return (round_ + 1) % self.cfg.checkpoint.every == 0 or round_ + 1 == self.cfg.rounds
+
+    def save_checkpoint(self, round_: int) -> Path:
+        extra = {"selector_rng": checkpoint.to_jsonable(self.selector.rng.getstate())}
+        return checkpoint.save(self.ckpt_dir, model=self.model, tokenizer=self.tokenizer,
+                               optimizer=self.optimizer, round_=round_,
+                               policy_version=self.policy_version, extra=extra,
+                               keep=self.cfg.checkpoint.keep)
+
+    def _resume(self) -> None:
+        restored = checkpoint.restore(self.ckpt_dir, model=self.model, optimizer=self.optimizer)
+        if restored is None:
+            return
+        self.next_round = restored.round + 1
+        self.policy_version = restored.policy_version
+        if "selector_rng" in restored.extra:
+            self.selector.rng.setstate(checkpoint.from_jsonable(restored.extra["selector_rng"]))
+        self.log.mark_resumed()
+        log.warning("%s: resumed from checkpoint of round %d (policy v%d)",
+                    self.cfg.name, restored.round, restored.policy_version)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.shutdown()

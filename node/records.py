@@ -1,0 +1,33 @@
+"""Our verified groups → wire records (protocols.RolloutRecord), one record per prompt group."""
+
+from __future__ import annotations
+
+import time
+
+from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo
+from node.groups import Group
+
+
+def to_records(node, round_: int, groups: list[Group], prompts: list[str]) -> list[RolloutRecord]:
+    g = node.cfg.generation
+    model = ModelInfo(name=node.cfg.model.spec, tokenizer=node.fingerprint, vocab_size=node.vocab_size)
+    sampling = SamplingInfo(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens)
+    now = time.time()
+    return [
+        RolloutRecord(
+            swarm=node.cfg.swarm.swarm_id,
+            peer=node.peer_id,
+            round=round_,
+            policy_version=group.policy_version,
+            created_at=now,
+            model=model,
+            sampling=sampling,
+            task=group.task.ref,
+            prompt=prompt,
+            completions=tuple(
+                Completion(c.text, c.token_ids, c.logprobs, c.finish_reason, reward_claimed=r)
+                for c, r in zip(group.completions, group.rewards)
+            ),
+        )
+        for group, prompt in zip(groups, prompts)
+    ]

@@ -1,0 +1,71 @@
+"""Training-set selection: SAPO's I local + J external groups (SAPO §3, Algorithm 1).
+
+Each round the node trains on up to I of its own groups and J groups drawn uniformly from the
+pool of verified external groups it has gathered and not used yet. Groups whose rewards are all
+equal carry zero advantage and therefore zero gradient; they are dropped *before* sampling so
+the budget goes to informative groups (SAPO filters the same way). External groups stay in the
+pool until used or until they fall out of the staleness window.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from node.groups import Group
+
+
+class SelectConfig(BaseModel):
+    """SAPO selection sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+    local_groups: int = Field(4, ge=0, le=4096, description="I: own groups per training step.")
+    external_groups: int = Field(
+        4, ge=0, le=4096, description="J: peers' groups per training step (0 = solo)."
+    )
+    drop_zero_advantage: bool = Field(
+        True, description="Skip groups whose completions all got the same reward."
+    )
+    pool_size: int = Field(
+        512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool."
+    )
+
+
+@dataclass
+class Selection:
+    groups: list[Group]
+    local: int
+    external: int
+    dropped_zero_adv: int
+
+
+class SapoSelector:
+    def __init__(self, cfg: SelectConfig, seed: int):
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        self.pool: list[Group] = []
+
+    def add_external(self, groups: list[Group]) -> None:
+        self.pool.extend(groups)
+        del self.pool[: max(0, len(self.pool) - self.cfg.pool_size)]  # oldest first out
+
+    def prune(self, keep) -> int:
+        """Remove pooled groups for which `keep(group)` is False; returns how many."""
+        before = len(self.pool)
+        self.pool = [g for g in self.pool if keep(g)]
+        return before - len(self.pool)
+
+    def select(self, local: list[Group]) -> Selection:
+        dropped = 0
+        if self.cfg.drop_zero_advantage:
+            dropped = sum(not g.informative for g in local) + sum(not g.informative for g in self.pool)
+            local = [g for g in local if g.informative]
+            self.pool = [g for g in self.pool if g.informative]
+        own = self.rng.sample(local, min(self.cfg.local_groups, len(local)))
+        take = min(self.cfg.external_groups, len(self.pool))
+        picked = set(self.rng.sample(range(len(self.pool)), take))
+        ext = [g for i, g in enumerate(self.pool) if i in picked]
+        self.pool = [g for i, g in enumerate(self.pool) if i not in picked]
+        return Selection(own + ext, len(own), len(ext), dropped)
