@@ -1,0 +1,256 @@
+"""Shared pieces of every loss: inputs/outputs, the behaviour view, reductions, k3, metrics.
+
+Notation (DESIGN §9): sequence i of a batch of B rows, completion token t with mask m_{i,t};
+log π_θ = `logp` (grad), log μ = `logp_beh` (the policy that sampled the tokens: this node's own
+generator or a peer's), A_i = advantage, sg = stop-gradient, |y_i| = Σ_t m_{i,t}.
+
+Tokenizer-agnostic importance weighting (DESIGN §7, ours; no paper covers it). A row whose
+sender used another tokenizer (`beh_aligned` False) was re-tokenised by this node, so its
+per-token μ_t does not exist; only the sender's sequence log-probability
+log μ(y) = Σ_t log μ_t (`logp_beh_seq`) survives. For such a row, with T_recv = |y_i| in the
+receiver's tokenization,
+
+    token-level losses:    log r_{i,t} := (Σ_t log π_θ(y_t) − log μ(y)) / T_recv   on every t
+    sequence-level losses: mean_t log μ_t := log μ(y) / T_recv
+
+so the sequence ratio is the length-normalised (geometric-mean) ratio GSPO and GEPO already
+use, and a token-level loss applies that one ratio to every token of the row (its gradient
+flows into every token of the row through Σ_t log π_θ). `behaviour_view` is the single place
+that builds these quantities; every loss reads μ only through it.
+
+Numerics. Every log-ratio is clamped to [−LOG_RATIO_BOUND, LOG_RATIO_BOUND] = [−20, 20] before
+it is exponentiated (IS weights and k3): e^20 ≈ 4.9e8, so a weight, its square (variance
+metric) and sums over millions of tokens stay finite in float32. Beyond the bound the factor
+carries no gradient (torch.clamp), like a clipped token; a k3 value for a log-ratio below −20
+is understated (e^−20 + 19 instead of |x| − 1). Inputs are upcast to float32. Positions off
+the mask are set to 0 *before* any exp, so padding (whatever it holds) yields neither NaN
+values nor NaN gradients; a row with no tokens contributes 0 to every loss.
+
+`logp_old` is not a factor of any formula in DESIGN §9: each takes one optimizer step per
+batch, where π_old = sg(π_θ) in value. It is reported as `kl_old` (k3 of log π_old − log π_θ),
+which is ≈ 0 unless the scoring weights differ from the training weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+LOG_RATIO_BOUND = 20.0
+
+Norm = Literal["seq", "token", "dr"]
+
+
+@dataclass
+class LossInputs:
+    """One (micro-)batch of B completions padded to T tokens."""
+
+    logp: Tensor  # [B, T] log π_θ of each completion token under this node's policy (grad)
+    logp_old: Tensor  # [B, T] log π_θ_old at the start of the step (no grad)
+    logp_beh: Tensor  # [B, T] log μ_t of the sampling policy; meaningful only where beh_aligned
+    logp_beh_seq: Tensor  # [B] Σ_t log μ_t in the sender's own tokenization
+    beh_aligned: Tensor  # [B] bool: False when the sender's tokenizer differs (DESIGN §7)
+    mask: Tensor  # [B, T] float or bool; nonzero on completion tokens
+    advantages: Tensor  # [B] A_i, computed locally within each prompt group
+    group_ids: Tensor  # [B] long: rows with equal id answer the same prompt (one GRPO group)
+    is_external: Tensor  # [B] bool: True for rollouts gathered from peers
+    logp_ref: Tensor | None = None  # [B, T] reference-model log-probs (grpo's optional k3 KL)
+
+
+@dataclass
+class LossOutputs:
+    loss: Tensor  # scalar, differentiable w.r.t. LossInputs.logp
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BehaviourView:
+    """Float32 tensors every loss reads; μ enters only through `log_ratio` and `seq_logq`."""
+
+    valid: Tensor  # [B, T] bool, completion tokens
+    m: Tensor  # [B, T] float32 mask
+    n_tokens: Tensor  # [B] |y_i| (0.0 for an empty row)
+    row_valid: Tensor  # [B] bool, rows with at least one token
+    logp: Tensor  # [B, T] log π_θ (grad), 0 off the mask
+    log_ratio: Tensor  # [B, T] log π_θ − log μ per token (grad), 0 off the mask; §7 for unaligned
+    seq_logp: Tensor  # [B] mean_t log π_θ (grad)
+    seq_logq: Tensor  # [B] mean_t log μ (no grad); log μ(y) / T_recv for unaligned rows
+    advantages: Tensor  # [B] float32
+
+
+def validate_inputs(inputs: LossInputs) -> None:
+    """Raise ValueError naming the field for a wrong shape, dtype or non-finite value that is read."""
+    if not isinstance(inputs.logp, Tensor) or inputs.logp.dim() != 2:
+        raise ValueError("LossInputs.logp must be a [B, T] tensor")
+    B, T = inputs.logp.shape
+    if B == 0 or T == 0:
+        raise ValueError(f"LossInputs is empty: logp has shape {tuple(inputs.logp.shape)}")
+    per_token = {"logp_old": inputs.logp_old, "logp_beh": inputs.logp_beh, "mask": inputs.mask}
+    if inputs.logp_ref is not None:
+        per_token["logp_ref"] = inputs.logp_ref
+    per_row = {
+        "logp_beh_seq": inputs.logp_beh_seq,
+        "beh_aligned": inputs.beh_aligned,
+        "advantages": inputs.advantages,
+        "group_ids": inputs.group_ids,
+        "is_external": inputs.is_external,
+    }
+    for name, t in per_token.items():
+        if not isinstance(t, Tensor) or tuple(t.shape) != (B, T):
+            raise ValueError(f"LossInputs.{name} must have shape {(B, T)}, got {_shape(t)}")
+    for name, t in per_row.items():
+        if not isinstance(t, Tensor) or tuple(t.shape) != (B,):
+            raise ValueError(f"LossInputs.{name} must have shape {(B,)}, got {_shape(t)}")
+    for name in ("beh_aligned", "is_external"):
+        if per_row[name].dtype != torch.bool:
+            raise ValueError(f"LossInputs.{name} must be a bool tensor, got {per_row[name].dtype}")
+    if inputs.group_ids.dtype.is_floating_point or inputs.group_ids.dtype == torch.bool:
+        raise ValueError(f"LossInputs.group_ids must be an integer tensor, got {inputs.group_ids.dtype}")
+    valid = inputs.mask != 0
+    aligned_tokens = valid & inputs.beh_aligned[:, None]
+    read = {
+        "logp": (inputs.logp, valid),
+        "logp_old": (inputs.logp_old, valid),
+        "logp_beh": (inputs.logp_beh, aligned_tokens),
+        "logp_beh_seq": (inputs.logp_beh_seq, ~inputs.beh_aligned),
+        "advantages": (inputs.advantages, torch.ones_like(inputs.beh_aligned)),
+    }
+    if inputs.logp_ref is not None:
+        read["logp_ref"] = (inputs.logp_ref, valid)
+    for name, (t, where) in read.items():
+        if not bool(torch.isfinite(t.detach()[where]).all()):
+            raise ValueError(f"LossInputs.{name} holds NaN or inf on positions the loss reads")
+
+
+def _shape(t: object) -> object:
+    return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+
+
+def behaviour_view(inputs: LossInputs) -> BehaviourView:
+    """Validate the inputs and build the per-token and per-sequence behaviour log-ratios (§7)."""
+    validate_inputs(inputs)
+    valid = inputs.mask != 0  # [B, T]
+    m = valid.to(torch.float32)
+    n_tokens = m.sum(dim=1)  # [B]
+    n_safe = n_tokens.clamp(min=1.0)
+    zero = torch.zeros((), dtype=torch.float32, device=m.device)
+    logp = torch.where(valid, inputs.logp.to(torch.float32), zero)  # [B, T]
+    aligned = inputs.beh_aligned  # [B]
+    beh_where = valid & aligned[:, None]  # μ_t is never read on an unaligned row
+    beh = torch.where(beh_where, inputs.logp_beh.detach().to(torch.float32), zero)  # [B, T]
+    seq_logp = logp.sum(dim=1) / n_safe  # [B]
+    beh_seq = torch.where(aligned, zero, inputs.logp_beh_seq.detach().to(torch.float32))  # [B]
+    seq_logq = torch.where(aligned, beh.sum(dim=1) / n_safe, beh_seq / n_safe)  # [B]
+    seq_ratio = (seq_logp - seq_logq)[:, None].expand_as(logp)  # [B, T]
+    log_ratio = torch.where(aligned[:, None], logp - beh, seq_ratio)
+    log_ratio = torch.where(valid, log_ratio, zero)  # [B, T]
+    return BehaviourView(
+        valid=valid,
+        m=m,
+        n_tokens=n_tokens,
+        row_valid=n_tokens > 0,
+        logp=logp,
+        log_ratio=log_ratio,
+        seq_logp=seq_logp,
+        seq_logq=seq_logq,
+        advantages=inputs.advantages.detach().to(torch.float32),
+    )
+
+
+def safe_exp(log_x: Tensor) -> Tensor:
+    """exp of a log-ratio clamped to ±LOG_RATIO_BOUND (no gradient beyond the bound)."""
+    return torch.exp(log_x.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+
+
+def k3(log_q_over_p: Tensor) -> Tensor:
+    """Schulman's k3 estimator e^x − x − 1 of KL(p‖q) per sample, x = log q − log p (≥ 0)."""
+    x = log_q_over_p.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return torch.exp(x) - x - 1.0
+
+
+def row_mean(x: Tensor, view: BehaviourView) -> Tensor:
+    """[B, T] → [B]: (1/|y_i|) Σ_t m_{i,t} x_{i,t}; 0 for an empty row."""
+    return (x * view.m).sum(dim=1) / view.n_tokens.clamp(min=1.0)
+
+
+def reduce_tokens(x: Tensor, view: BehaviourView, norm: Norm, max_len: int | None = None) -> Tensor:
+    """Per-token loss [B, T] → scalar.
+
+    seq:   (1/B) Σ_i (1/|y_i|) Σ_t x_{i,t}         (GRPO; F-TIS's (1/G) Σ_i (1/|a_i|) Σ_t)
+    token: Σ_{i,t} x_{i,t} / Σ_{i,t} m_{i,t}         (DAPO token mean)
+    dr:    Σ_{i,t} x_{i,t} / (B · max_len)            (Dr.GRPO; max_len = T when None)
+    """
+    B, T = x.shape
+    if norm == "seq":
+        return row_mean(x, view).sum() / B
+    if norm == "token":
+        return (x * view.m).sum() / view.m.sum().clamp(min=1.0)
+    if norm == "dr":
+        return (x * view.m).sum() / (B * (max_len if max_len is not None else T))
+    raise ValueError(f"unknown normalisation {norm!r}; expected seq, token or dr")
+
+
+def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """PPO surrogate −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), elementwise (adv broadcasts).
+
+    Returns the loss and a bool tensor: True where the clipped branch is strictly smaller, i.e.
+    where the clip removes the gradient.
+    """
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    return -torch.minimum(unclipped, clipped), (clipped < unclipped).detach()
+
+
+def masked_stats(values: Tensor, where: Tensor) -> tuple[float, float, float]:
+    """(mean, population variance, max) of values[where] in float64; zeros when nothing is selected."""
+    v = values.detach()[where].to(torch.float64)
+    if v.numel() == 0:
+        return 0.0, 0.0, 0.0
+    mean = v.mean()
+    return float(mean), float(((v - mean) ** 2).mean()), float(v.max())
+
+
+def _masked_mean(x: Tensor, where: Tensor) -> float:
+    v = x.detach()[where].to(torch.float64)
+    return float(v.mean()) if v.numel() else 0.0
+
+
+def loss_metrics(
+    inputs: LossInputs,
+    view: BehaviourView,
+    weight: Tensor,
+    weight_where: Tensor,
+    clipped: Tensor,
+    filtered: Tensor | None = None,
+) -> dict[str, float]:
+    """The metrics every loss reports.
+
+    weight, weight_where, clipped: the importance weight this loss applies, where it is defined
+      (tokens [B, T] or sequences [B]) and where it was clipped or truncated.
+    filtered: [B] bool rows whose advantage a filter zeroed (None: no filter).
+    """
+    w_mean, w_var, w_max = masked_stats(weight, weight_where)
+    kl_tok = k3(-view.log_ratio.detach())  # [B, T] k3 of log μ − log π_θ
+    logp_old = torch.where(view.valid, inputs.logp_old.detach().to(torch.float32), 0.0)
+    external = inputs.is_external[:, None] & view.valid
+    return {
+        "is_weight_mean": w_mean,
+        "is_weight_var": w_var,
+        "is_weight_max": w_max,
+        "clip_frac": _masked_mean(clipped.to(torch.float32), weight_where),
+        "filtered_frac": 0.0 if filtered is None else float(filtered.to(torch.float32).mean()),
+        "kl_beh": _masked_mean(kl_tok, view.valid),
+        "kl_beh_local": _masked_mean(kl_tok, view.valid & ~external),
+        "kl_beh_external": _masked_mean(kl_tok, external),
+        "kl_old": _masked_mean(k3(logp_old - view.logp.detach()), view.valid),
+        "tokens": float(view.m.sum()),
+    }
+
+
+def log_or_neg_inf(x: float) -> float:
+    """math.log that maps 0 to −inf (for mixing coefficients that may be exactly 0)."""
+    return math.log(x) if x > 0 else -math.inf
