@@ -87,9 +87,16 @@ def group_logsumexp(x: Tensor, group_ids: Tensor, include: Tensor) -> Tensor:
     return (torch.log(sums) + gmax)[idx]
 
 
-def gepo_log_weight(seq_logp: Tensor, seq_logq: Tensor, group_ids: Tensor, include: Tensor, eps_d: float) -> Tensor:
+def gepo_log_weight(
+    seq_logp: Tensor,  # [B] log p_i = mean_t log π_θ (grad)
+    seq_logq: Tensor,  # [B] log q_i = mean_t log μ
+    group_ids: Tensor,  # [B]
+    include: Tensor,  # [B] bool, rows that enter their group's sums
+    eps_d: float,
+) -> Tensor:
     """log w_i [B] of eq. 15 (grad through seq_logp only); 0 for rows not included."""
-    log_eq = group_logsumexp(2.0 * seq_logq, group_ids, include) - group_logsumexp(seq_logq, group_ids, include)
+    log_sum_q2 = group_logsumexp(2.0 * seq_logq, group_ids, include)  # log Σ_j q_j²
+    log_eq = log_sum_q2 - group_logsumexp(seq_logq, group_ids, include)  # log E_q
     log_den = torch.logaddexp(
         log_or_neg_inf(eps_d) + seq_logp.detach(), log_or_neg_inf(1.0 - eps_d) + log_eq
     )  # [B]
