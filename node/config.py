@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from losses import LossConfig
+from losses import GRPOConfig, LossConfig
 from node.checkpoint import CheckpointConfig
 from node.generation import GenerationConfig
 from node.ingest import IngestConfig
@@ -44,7 +44,7 @@ class NodeConfig(BaseModel):
     model: ModelConfig
     tasks: TaskConfig
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
-    loss: LossConfig = Field(default_factory=lambda: {"name": "grpo"})
+    loss: LossConfig = Field(default_factory=GRPOConfig, description="The loss (by name).")
     train: TrainConfig = Field(default_factory=TrainConfig)
     select: SelectConfig = Field(default_factory=SelectConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)

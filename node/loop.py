@@ -44,7 +44,8 @@ def run_round(node: Node, round_: int) -> dict[str, Any]:
     selection = node.selector.select(local)  # 6
     rows = build_rows(selection.groups, node.tokenizer, node.prompt_of)  # 7
     step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,  # 8
-                      temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id)
+                      temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
+                      token_weighted=getattr(cfg.loss, "norm", "seq") == "token")
     if step.stepped:
         node.policy_version += 1
         node.generator.sync_weights(node.model, node.policy_version)  # 9

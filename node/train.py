@@ -8,7 +8,8 @@
             π_old = sg(π_θ) of that same forward: one optimizer step per round means the policy
             that scores is the policy at the start of the step, so no second forward is needed
   loss      `losses.build_loss_from_config(cfg)`; each micro-batch loss is weighted by its share
-            of rows, so a loss that is a mean over sequences equals its full-batch value
+            of rows (of tokens for token-mean losses), so the accumulated gradient equals the
+            full-batch one for sequence-mean, token-mean, GSPO and GEPO losses
   step      gradient accumulation, global-norm clipping, AdamW
 """
 
@@ -129,7 +130,8 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int) -> Loss
     )
 
 
-def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float, pad_id: int) -> StepResult:
+def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,
+               pad_id: int, token_weighted: bool = False) -> StepResult:
     start = time.perf_counter()
     total = len(rows)
     rows = dash_filter(rows, cfg.dash_threshold)
@@ -140,11 +142,13 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     sums: dict[str, float] = {}
     maxes: dict[str, float] = {}
     tokens = 0
+    total_tokens = sum(len(r.tokens.completion_ids) for r in rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
         out = loss_fn(loss_inputs(model, mb, temperature, pad_id))
-        share = len(mb) / len(rows)
+        mb_tokens = sum(len(r.tokens.completion_ids) for r in mb)
+        share = mb_tokens / total_tokens if token_weighted else len(mb) / len(rows)
         (out.loss * share).backward()
-        tokens += sum(len(r.tokens.completion_ids) for r in mb)
+        tokens += mb_tokens
         for k, v in out.metrics.items():
             if k.endswith("_max"):
                 maxes[k] = max(maxes.get(k, float("-inf")), v)

@@ -1,0 +1,49 @@
+"""Group advantages and SAPO selection, with hand-computed numbers."""
+
+import random
+
+import pytest
+
+from protocols.records import Completion, TaskRef
+from node.groups import Group, advantages
+from node.select import SapoSelector, SelectConfig
+from node.tasks import Task
+
+
+def test_std_advantages_by_hand():
+    # rewards [1, 0, 0, 1]: mean 0.5, population std 0.5 → ±0.5 / (0.5 + 1e-6)
+    a = advantages([1.0, 0.0, 0.0, 1.0])
+    assert a == pytest.approx([0.5 / 0.500001, -0.5 / 0.500001, -0.5 / 0.500001, 0.5 / 0.500001])
+
+
+def test_mean_only_advantages_by_hand():
+    # rewards [1, 0, 0, 0]: mean 0.25 → [0.75, -0.25, -0.25, -0.25]
+    assert advantages([1.0, 0, 0, 0], "mean") == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_zero_std_group_has_zero_advantage():
+    assert advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+
+
+def _group(rewards, source="self", index=0) -> Group:
+    task = Task(TaskRef("chain_sum", {}, 0, index), "q", "a", {})
+    comps = [Completion("x", (1,), (-0.1,), "stop") for _ in rewards]
+    return Group(task, comps, list(rewards), advantages(list(rewards)), source=source)
+
+
+def test_sapo_selects_i_local_and_j_external_informative_groups():
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=3), seed=0)
+    sel.add_external([_group([1, 0], "peerA", i) for i in range(4)] + [_group([0, 0], "peerB", 9)])
+    local = [_group([1, 0], index=i) for i in range(3)] + [_group([1, 1], index=7)]
+    s = sel.select(local)
+    assert (s.local, s.external) == (2, 3)
+    assert s.dropped_zero_adv == 2  # one local [1,1], one external [0,0]
+    assert all(g.informative for g in s.groups)
+    assert len(sel.pool) == 1  # 4 informative external, 3 used, used ones leave the pool
+
+
+def test_pool_is_bounded_and_prunable():
+    sel = SapoSelector(SelectConfig(pool_size=3), seed=0)
+    sel.add_external([_group([1, 0], "p", i) for i in range(5)])
+    assert [g.task.ref.index for g in sel.pool] == [2, 3, 4]  # oldest first out
+    assert sel.prune(lambda g: g.task.ref.index != 3) == 1
