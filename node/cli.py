@@ -64,7 +64,7 @@ def cmd_node(args) -> int:
 
 
 def cmd_local(args) -> int:
-    from swarm.local import run_local
+    from node.local import run_local
 
     return run_local(args)
 
@@ -72,8 +72,8 @@ def cmd_local(args) -> int:
 def cmd_bootstrap(args) -> int:
     from swarm.bootstrap import run_bootstrap
 
-    run_bootstrap(host_maddrs=args.host_maddrs, identity_path=args.identity,
-                  startup_timeout_s=args.startup_timeout)
+    run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
+                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id)
     return 0
 
 
@@ -114,6 +114,14 @@ def cmd_plot(args) -> int:
 def cmd_config(args) -> int:
     from node.config import load_config
 
+    if args.action == "doc":
+        from node.config_doc import render
+
+        print(render(), end="")
+        return 0
+    if not args.config:
+        raise SystemExit("error: swarm config show needs --config FILE")
+
     cfg = load_config(args.config, _overrides(args))
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
     return 0
@@ -143,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bootstrap", help="run a DHT bootstrap peer and print its multiaddrs")
     b.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/31337"])
+    b.add_argument("--announce-maddrs", nargs="+", help="public addresses to advertise (behind NAT)")
     b.add_argument("--identity", help="identity file (stable peer id)")
+    b.add_argument("--swarm-id", default="rlswarm", help="swarm namespace (must match the nodes')")
     b.add_argument("--startup-timeout", type=float, default=60.0)
     b.set_defaults(fn=cmd_bootstrap)
 
@@ -164,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(fn=cmd_plot)
 
     c = sub.add_parser("config", help="show the resolved config")
-    c.add_argument("action", choices=["show"])
-    c.add_argument("--config", required=True)
+    c.add_argument("action", choices=["show", "doc"], help="show: the resolved config; doc: the reference (markdown)")
+    c.add_argument("--config")
     c.add_argument("--set", action="append", metavar="KEY=VALUE")
     c.set_defaults(fn=cmd_config)
     return p
@@ -176,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.command in ("node", "eval"):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # checkpoint saves would print a bar every time
     if args.command == "models" and args.action == "fetch" and not args.name:
         print("error: swarm models fetch needs a model name (see `swarm models list`)", file=sys.stderr)
         return 2

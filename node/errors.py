@@ -14,6 +14,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     try:
+        from swarm.local import LaunchError
+
+        errors.append(LaunchError)
+    except ImportError:
+        pass
+    try:
         from swarm.bootstrap import BootstrapUnreachable
 
         errors.append(BootstrapUnreachable)

@@ -109,7 +109,7 @@ def progress_line(m: dict[str, Any]) -> str:
         f"acc {m['accuracy']:.3f}",
         f"eval {ev:.3f}" if ev is not None else "eval   -  ",
         f"groups {m['groups_local']}+{m['groups_external']}",
-        f"loss {m.get('loss', float('nan')):+.4f}",
+        f"loss {m['loss']:+.4f}" if m.get("rows_trained") else "no step    ",
         f"{m['tokens_per_s']:.0f} tok/s",
         f"round {m['round_s']:.1f}s",
     ]

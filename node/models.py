@@ -146,10 +146,6 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _builtin_list() -> str:
-    return "\n".join(f"  {alias:<14} {desc}" for alias, desc in BUILTIN_MODELS.items())
-
-
 def resolve_model_dir(spec: str, *, cache_dir: Path | None = None, progress: Progress | None = None) -> Path:
     """The local directory holding `spec` (building or fetching a built-in if needed).
 
@@ -166,7 +162,7 @@ def resolve_model_dir(spec: str, *, cache_dir: Path | None = None, progress: Pro
     if spec.startswith((".", "/", "~")) or not _HUB_ID.match(spec):
         raise ModelNotFound(
             f"unknown model {spec!r}: not a local directory, not an HF hub id (org/name), "
-            f"and not a built-in. Built-ins:\n{_builtin_list()}"
+            f"and not a built-in ({', '.join(BUILTIN_MODELS)}; see `swarm models list`)"
         )
     return _hub_snapshot(spec)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import reasoning_gym
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 
 from protocols.records import TaskRef
@@ -30,7 +30,7 @@ from protocols.records import TaskRef
 # Procedural datasets generate items lazily; `size` only bounds the index space.
 _INDEX_SPACE = 1_000_000_000
 # Seed offset for the held-out evaluation stream: disjoint from any training seed a config uses.
-EVAL_SEED_OFFSET = 1_000_003
+EVAL_SEED = 1_000_003
 
 
 class DatasetSpec(BaseModel):
@@ -65,10 +65,18 @@ class TaskConfig(BaseModel):
         "strict", description="How the answer is read from a completion (module docstring)."
     )
     eval_size: int = Field(64, ge=0, le=10_000, description="Held-out evaluation items.")
+    eval_seed: int = Field(EVAL_SEED, ge=0, le=2**31 - 1, description=(
+        "Seed of the held-out set: the same on every node so accuracies compare; keep it apart from task seeds."))
     accept_external: list[DatasetSpec] | None = Field(
         None,
         description="Allow-list (dataset + exact config) for peers' tasks; null = this node's own mix.",
     )
+
+    @model_validator(mode="after")
+    def _eval_apart(self) -> TaskConfig:
+        if self.eval_seed == self.seed:
+            raise ValueError(f"eval_seed equals seed ({self.seed}): the held-out set would be the training stream")
+        return self
 
     @field_validator("datasets")
     @classmethod
@@ -142,7 +150,7 @@ class TaskSource:
 
     def eval_set(self) -> list[Task]:
         """Held-out items: the same mix from a disjoint seed, fixed for the whole run."""
-        seed = self.cfg.seed + EVAL_SEED_OFFSET
+        seed = self.cfg.eval_seed
         out = []
         for i in range(self.cfg.eval_size):
             spec = self.cfg.datasets[i % len(self.cfg.datasets)]
