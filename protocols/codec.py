@@ -4,10 +4,14 @@ A *bundle* is what one peer publishes for one round: ``zstd(msgpack({"v", "recor
 Every limit of ``Caps`` is checked before the memory it guards is allocated:
 
 - compressed size: ``len(data)`` before anything else;
-- decompressed size: a streaming read of at most ``max_decompressed_bytes + 1`` bytes. (zstandard's
-  one-shot ``decompress(max_output_size=…)`` trusts the frame's declared content size and ignores
-  the cap when it is present — measured here — so it is not used);
-- strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing;
+- decompressed size: a streaming read in 1 MiB chunks that stops past ``max_decompressed_bytes``.
+  (zstandard's one-shot ``decompress(max_output_size=…)`` trusts the frame's declared content
+  size and ignores the cap when it is present — measured here: a 338-byte frame declaring 10 MiB
+  decompresses in full under a 1000-byte cap — so it is not used.) Concatenated frames are read
+  as one stream (under the same cap); bytes after the last frame are an error, not ignored;
+- strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing
+  (a hit fails the bundle as ``too_large``): strings ≤ max(4 · max_text_chars, 1024) UTF-8 bytes,
+  binaries ≤ 4 · max_tokens bytes; prompt and completion text are then checked in characters;
 - completions per record, tokens per completion: before the packed arrays are unpacked.
 
 A bundle that fails as a whole raises ``RecordError``; inside a bundle each bad record is dropped
@@ -29,7 +33,10 @@ import zstandard
 from protocols.records import (FINISH_REASONS, SCHEMA_VERSION, Announcement, Completion, ModelInfo,
                                RolloutRecord, SamplingInfo, TaskRef)
 
-ZSTD_LEVEL = 10
+ZSTD_LEVEL = 10  # level 19 saves 2–5 % on real bundles at 20–50× the CPU (bench/wire_bytes.py)
+_READ_CHUNK = 1 << 20
+_MIN_STR_BYTES = 1024  # room for fingerprints, peer ids and names whatever max_text_chars is
+_F16_MIN = -65504.0  # most negative finite float16
 _SHA256_HEX = frozenset("0123456789abcdef")
 _LOGPROB_SLACK = 1e-3  # f16 rounding of values near 0 may land slightly above 0
 
@@ -53,6 +60,11 @@ class Caps:
     max_tokens: int = 8192
     max_text_chars: int = 1 << 20
 
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Caps.{name} must be a positive int, got {value!r}")
+
 
 DEFAULT_CAPS = Caps()
 
@@ -68,18 +80,33 @@ def _id_dtype(vocab_size: int) -> str:
 
 
 def record_to_wire(rec: RolloutRecord, *, logprob_dtype: str = "f16") -> dict[str, Any]:
-    """The msgpack-ready form of one record: token ids and logprobs as packed little-endian bytes."""
+    """The msgpack-ready form of one record: token ids and logprobs as packed little-endian bytes.
+
+    Raises ValueError for a record no receiver would accept (ids outside [0, vocab_size), ids and
+    logprobs of different lengths, a non-finite logprob), so a node never publishes what it would
+    drop itself. Float16 logprobs below −65504 are clamped to it rather than overflowing to −inf
+    (e^−65504 is 0 in any float format, so no ratio changes).
+    """
     if logprob_dtype not in ("f16", "f32"):
         raise ValueError(f"logprob_dtype must be 'f16' or 'f32', got {logprob_dtype!r}")
     lp_dtype = "<f2" if logprob_dtype == "f16" else "<f4"
+    vocab = rec.model.vocab_size
     completions = []
     for c in rec.completions:
         if len(c.token_ids) != len(c.logprobs):
             raise ValueError(f"completion has {len(c.token_ids)} token ids but {len(c.logprobs)} logprobs")
+        ids = np.asarray(c.token_ids, dtype=np.int64)  # [L]
+        lps = np.asarray(c.logprobs, dtype=np.float64)  # [L]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            raise ValueError(f"token id outside [0, {vocab}) in completion")
+        if not np.all(np.isfinite(lps)):
+            raise ValueError("completion has a non-finite logprob")
+        if logprob_dtype == "f16":
+            lps = np.maximum(lps, _F16_MIN)
         completions.append({
             "text": c.text,
-            "token_ids": np.asarray(c.token_ids, dtype=_id_dtype(rec.model.vocab_size)).tobytes(),
-            "logprobs": np.asarray(c.logprobs, dtype=lp_dtype).tobytes(),
+            "token_ids": ids.astype(_id_dtype(vocab)).tobytes(),
+            "logprobs": lps.astype(lp_dtype).tobytes(),
             "finish_reason": c.finish_reason,
             "reward_claimed": c.reward_claimed,
         })
@@ -106,15 +133,24 @@ def _get(d: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
+def _text(d: Any, key: str, where: str, caps: Caps) -> str:
+    """A free-text field, bounded in characters (msgpack bounded its bytes at 4 per character)."""
+    value = _get(d, key, str, where)
+    if len(value) > caps.max_text_chars:
+        raise RecordError("too_long", f"{where}.{key} has {len(value)} > {caps.max_text_chars} characters")
+    return value
+
+
 def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps) -> Completion:
-    text = _get(d, "text", str, "completion")
+    text = _text(d, "text", "completion", caps)
     ids_raw = _get(d, "token_ids", bytes, "completion")
     lps_raw = _get(d, "logprobs", bytes, "completion")
     finish = _get(d, "finish_reason", str, "completion")
     claimed = d.get("reward_claimed")
     if finish not in FINISH_REASONS:
         raise RecordError("schema", f"finish_reason {finish!r}")
-    if claimed is not None and not (isinstance(claimed, (int, float)) and math.isfinite(claimed)):
+    if claimed is not None and (isinstance(claimed, bool) or not isinstance(claimed, (int, float))
+                                or not math.isfinite(claimed)):
         raise RecordError("schema", "reward_claimed is not a finite number")
     id_dtype = np.dtype(_id_dtype(vocab_size))
     lp_dtype = np.dtype("<f2" if lp == "f16" else "<f4")
@@ -171,7 +207,7 @@ def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
     return RolloutRecord(
         swarm=_get(d, "swarm", str, "record"), peer=_get(d, "peer", str, "record"), round=round_,
         policy_version=version, created_at=_get(d, "created_at", float, "record"),
-        model=model, sampling=sampling, task=task, prompt=_get(d, "prompt", str, "record"),
+        model=model, sampling=sampling, task=task, prompt=_text(d, "prompt", "record", caps),
         completions=tuple(_completion_from_wire(c, model.vocab_size, lp, caps) for c in raw), v=v)
 
 
@@ -181,25 +217,32 @@ def _unpack(payload: bytes, caps: Caps) -> Any:
     try:
         return msgpack.unpackb(
             payload, raw=False, strict_map_key=True, use_list=True,
-            max_str_len=caps.max_text_chars * 4, max_bin_len=caps.max_tokens * 4,
+            max_str_len=max(caps.max_text_chars * 4, _MIN_STR_BYTES), max_bin_len=caps.max_tokens * 4,
             max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
-        raise RecordError("msgpack", str(exc)[:200]) from None
+        # msgpack says "<n> exceeds max_<kind>_len(<cap>)" when a length limit stops the parse
+        reason = "too_large" if "exceeds max_" in str(exc) else "msgpack"
+        raise RecordError(reason, str(exc)[:200]) from None
 
 
 def _decompress(data: bytes, caps: Caps) -> bytes:
+    """Stream-decompress at most max_decompressed_bytes + 1 bytes, never trusting the frame header."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise RecordError("schema", "payload is not bytes")
-    if len(data) > caps.max_compressed_bytes:
-        raise RecordError("too_large", f"{len(data)} compressed bytes > {caps.max_compressed_bytes}")
+        raise RecordError("schema", f"payload is {type(data).__name__}, not bytes")
+    size = memoryview(data).nbytes
+    if size > caps.max_compressed_bytes:
+        raise RecordError("too_large", f"{size} compressed bytes > {caps.max_compressed_bytes}")
+    chunks, total = [], 0
     try:
-        with zstandard.ZstdDecompressor().stream_reader(bytes(data)) as reader:
-            out = reader.read(caps.max_decompressed_bytes + 1)
+        with zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True) as reader:
+            while chunk := reader.read(min(_READ_CHUNK, caps.max_decompressed_bytes - total + 1)):
+                total += len(chunk)
+                if total > caps.max_decompressed_bytes:
+                    raise RecordError("too_large", f"decompresses beyond {caps.max_decompressed_bytes} bytes")
+                chunks.append(chunk)
     except zstandard.ZstdError as exc:
         raise RecordError("zstd", str(exc)[:200]) from None
-    if len(out) > caps.max_decompressed_bytes:
-        raise RecordError("too_large", f"decompresses beyond {caps.max_decompressed_bytes} bytes")
-    return out
+    return b"".join(chunks)
 
 
 def _compress(obj: Any) -> bytes:
