@@ -1,0 +1,73 @@
+"""Helpers shared by the bench scripts: model availability, chain_sum tasks, JSON results, tables.
+
+Every bench script prints its numbers side by side in one run and writes them to
+`bench/results/<name>.json`; nothing here times anything or asserts a target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from node.models import default_cache_dir  # noqa: E402
+from node.tasks import DatasetSpec, TaskConfig, TaskSource  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# The lab model's own task (node/lab_models.py recipe): easy two-term sums.
+CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+
+
+def model_cached(alias: str) -> bool:
+    """True when a built-in alias is already in the cache (so a bench run never triggers a build)."""
+    models = default_cache_dir() / "models"
+    return any(p.is_dir() and p.name.startswith(f"{alias}-v") for p in models.glob(f"{alias}-v*"))
+
+
+def system_prompt_for(spec: str) -> str | None:
+    """lab-* models were warm-started without a system prompt; real LMs get reasoning-gym's default."""
+    return None if spec.startswith("lab-") or spec.startswith("tiny-") else "default"
+
+
+def task_source(spec: str, seed: int = 0) -> TaskSource:
+    return TaskSource(TaskConfig(datasets=[DatasetSpec(name="chain_sum", config=CHAIN_SUM)], seed=seed,
+                                 system_prompt=system_prompt_for(spec), eval_size=0))
+
+
+def set_threads(n: int) -> None:
+    torch.set_num_threads(n)
+
+
+def machine() -> dict[str, Any]:
+    return {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(), "torch": torch.__version__,
+            "cuda": torch.cuda.is_available(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"bench": name, "machine": machine(), **payload}, indent=2, sort_keys=False))
+    return path
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A fixed-width text table (floats to 3 significant decimals)."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+        return str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
