@@ -1,0 +1,138 @@
+"""Bundle transfer over one libp2p stream: framing, the serving side and the fetching side.
+
+Protocol (docs/PROTOCOL.md, "Transport"): the fetcher opens a stream to the publisher with the
+protocol id ``HANDLER_NAME`` and writes one request frame; the publisher answers with one header
+frame and, when the status is ``ok``, the bundle bytes as data frames of at most ``MAX_CHUNK``
+bytes, then closes the stream.
+
+    frame    = u32 big-endian length ‖ payload
+    request  = msgpack {"v": 1, "swarm": str, "round": int, "sha256": str (64 hex)}   ≤ 4 KiB
+    header   = msgpack {"v": 1, "status": "ok" | "not_found" | "bad_request", "nbytes": int, "sha256": str}
+    data     = 1..MAX_CHUNK bytes each, until Σ len = nbytes
+
+Hazards handled here: a length prefix is checked against its limit *before* reading the payload
+(the peer controls it); the running total is checked against the announced size before each
+chunk is accepted, so a lying publisher costs at most one chunk beyond the announcement; the
+digest is checked once at the end. Callers bound every call with ``asyncio.wait_for``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Callable
+
+import msgpack
+
+HANDLER_NAME = "/rlswarm/bundle/1"  # libp2p protocol id of the bundle stream handler
+WIRE_VERSION = 1
+MAX_CHUNK = 1 << 20  # one data frame; well under hivemind's 4 MiB message cap
+MAX_CONTROL = 4096  # request and header frames
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class FetchError(Exception):
+    """A bundle could not be fetched; ``reason`` is the drop-counter label."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+async def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
+    writer.write(len(payload).to_bytes(4, "big"))
+    writer.write(payload)
+    await writer.drain()
+
+
+async def read_frame(reader: asyncio.StreamReader, max_len: int, reason: str = "bad_frame") -> bytes:
+    """One frame of 1..max_len bytes; a longer (or empty) announced length raises before any read."""
+    try:
+        n = int.from_bytes(await reader.readexactly(4), "big")
+        if not 0 < n <= max_len:
+            raise FetchError(reason, f"frame of {n} bytes (limit {max_len})")
+        return await reader.readexactly(n)
+    except asyncio.IncompleteReadError as exc:
+        raise FetchError("stream_closed", f"after {len(exc.partial)} bytes of a frame") from exc
+
+
+def encode_request(swarm: str, round_: int, sha256: str) -> bytes:
+    return msgpack.packb({"v": WIRE_VERSION, "swarm": swarm, "round": round_, "sha256": sha256})
+
+
+def decode_request(data: bytes) -> tuple[str, int, str]:
+    """(swarm, round, sha256) of a request frame; FetchError("bad_request") on anything else."""
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated exception types on garbage
+        raise FetchError("bad_request", f"not msgpack: {exc}") from exc
+    if not (isinstance(obj, dict) and obj.get("v") == WIRE_VERSION and isinstance(obj.get("swarm"), str)
+            and type(obj.get("round")) is int and obj["round"] >= 0
+            and isinstance(obj.get("sha256"), str) and _SHA256_RE.fullmatch(obj["sha256"])):
+        raise FetchError("bad_request", f"malformed request {obj!r:.200}")
+    return obj["swarm"], obj["round"], obj["sha256"]
+
+
+def encode_header(status: str, nbytes: int = 0, sha256: str = "") -> bytes:
+    return msgpack.packb({"v": WIRE_VERSION, "status": status, "nbytes": nbytes, "sha256": sha256})
+
+
+def decode_header(data: bytes) -> tuple[str, int, str]:
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:
+        raise FetchError("bad_header", f"not msgpack: {exc}") from exc
+    if not (isinstance(obj, dict) and obj.get("v") == WIRE_VERSION and isinstance(obj.get("status"), str)
+            and type(obj.get("nbytes")) is int and isinstance(obj.get("sha256"), str)):
+        raise FetchError("bad_header", f"malformed header {obj!r:.200}")
+    return obj["status"], obj["nbytes"], obj["sha256"]
+
+
+Lookup = Callable[[str, int, str], "bytes | None"]  # (swarm, round, sha256) -> bundle bytes or None
+
+
+async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup) -> str:
+    """Answer one request; returns the status sent. The caller bounds it with a timeout."""
+    try:
+        swarm, round_, sha = decode_request(await read_frame(reader, MAX_CONTROL, "bad_request"))
+    except FetchError as exc:
+        await write_frame(writer, encode_header("bad_request"))
+        return exc.reason
+    data = lookup(swarm, round_, sha)
+    if data is None:
+        await write_frame(writer, encode_header("not_found"))
+        return "not_found"
+    await write_frame(writer, encode_header("ok", len(data), sha))
+    view = memoryview(data)
+    for offset in range(0, len(view), MAX_CHUNK):
+        await write_frame(writer, bytes(view[offset:offset + MAX_CHUNK]))
+    return "ok"
+
+
+async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                       swarm: str, round_: int, sha256: str, nbytes: int) -> bytes:
+    """Request the bundle announced as (round, sha256, nbytes) and return its verified bytes.
+
+    Raises FetchError with reason not_served | size_mismatch | digest_mismatch | bad_header |
+    bad_frame | stream_closed. ``nbytes`` must already be within the receiver's caps.
+    """
+    await write_frame(writer, encode_request(swarm, round_, sha256))
+    status, got_nbytes, got_sha = decode_header(await read_frame(reader, MAX_CONTROL, "bad_header"))
+    if status != "ok":
+        raise FetchError("not_served", f"publisher answered {status!r}")
+    if got_nbytes != nbytes:
+        raise FetchError("size_mismatch", f"header says {got_nbytes} bytes, announcement {nbytes}")
+    if got_sha != sha256:
+        raise FetchError("digest_mismatch", "header digest differs from the announcement")
+    parts, total = [], 0
+    while total < nbytes:
+        chunk = await read_frame(reader, MAX_CHUNK)
+        total += len(chunk)
+        if total > nbytes:
+            raise FetchError("size_mismatch", f"more than the announced {nbytes} bytes")
+        parts.append(chunk)
+    data = b"".join(parts)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise FetchError("digest_mismatch", "bundle bytes do not hash to the announced sha256")
+    return data

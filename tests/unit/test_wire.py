@@ -1,0 +1,144 @@
+"""Bundle stream framing (swarm.wire) over in-process asyncio streams: limits checked before reads,
+digest and size checks, short streams, requests and headers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import msgpack
+import pytest
+
+from swarm.wire import (MAX_CHUNK, MAX_CONTROL, FetchError, decode_request, encode_header, encode_request,
+                        fetch_bundle, read_frame, serve_bundle, write_frame)
+
+SHA_A = "a" * 64
+
+
+class _Writer:
+    """The part of asyncio.StreamWriter the framing uses; collects what is written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, b: bytes) -> None:
+        self.data += b
+
+    async def drain(self) -> None:
+        return None
+
+
+def _reader(data: bytes, eof: bool = True) -> asyncio.StreamReader:
+    r = asyncio.StreamReader()
+    r.feed_data(data)
+    if eof:
+        r.feed_eof()
+    return r
+
+
+def _run(make_coro):
+    """Run ``make_coro()`` inside a fresh event loop (StreamReaders must be created inside one)."""
+    async def main():
+        return await asyncio.wait_for(make_coro(), 5.0)
+    return asyncio.run(main())
+
+
+def _frames(*payloads: bytes) -> bytes:
+    return b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
+
+
+def test_frame_round_trip():
+    w = _Writer()
+    _run(lambda: write_frame(w, b"hello"))
+    assert bytes(w.data) == b"\x00\x00\x00\x05hello"  # u32 big-endian 5, then the payload
+    assert _run(lambda: read_frame(_reader(bytes(w.data)), 5)) == b"hello"
+
+
+def test_oversize_length_prefix_is_rejected_before_reading():
+    # announces 2^31 bytes and sends none; never EOF: a reader that tried to read would hang
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: read_frame(_reader((1 << 31).to_bytes(4, "big"), eof=False), MAX_CONTROL, "bad_header"))
+    assert exc.value.reason == "bad_header"
+    with pytest.raises(FetchError) as exc:  # an empty frame is refused too
+        _run(lambda: read_frame(_reader(b"\x00\x00\x00\x00"), 10))
+    assert exc.value.reason == "bad_frame"
+
+
+def test_short_stream_is_stream_closed():
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: read_frame(_reader(b"\x00\x00\x00\x0aabc"), 100))  # 10 announced, 3 sent, EOF
+    assert exc.value.reason == "stream_closed"
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: read_frame(_reader(b"\x00\x00"), 100))  # EOF inside the length prefix
+    assert exc.value.reason == "stream_closed"
+
+
+def test_request_validation():
+    assert decode_request(encode_request("rlswarm", 3, SHA_A)) == ("rlswarm", 3, SHA_A)
+    bad = [b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"v": 2, "swarm": "s", "round": 0, "sha256": SHA_A}),
+           msgpack.packb({"v": 1, "swarm": "s", "round": -1, "sha256": SHA_A}),
+           msgpack.packb({"v": 1, "swarm": "s", "round": True, "sha256": SHA_A}),
+           msgpack.packb({"v": 1, "swarm": "s", "round": 0, "sha256": "A" * 64})]
+    for data in bad:
+        with pytest.raises(FetchError) as exc:
+            decode_request(data)
+        assert exc.value.reason == "bad_request"
+
+
+async def _serve_then_fetch(data: bytes, *, announced_sha: str, announced_nbytes: int, served=None) -> bytes:
+    """Run serve_bundle against a request written by fetch_bundle, through two in-memory pipes."""
+    served = {("rlswarm", 1, hashlib.sha256(data).hexdigest()): data} if served is None else served
+    req_w = _Writer()
+    # first pass: let the fetcher write its request (the answer stream is empty: it fails, expected)
+    with pytest.raises(FetchError):
+        await fetch_bundle(_reader(b""), req_w, swarm="rlswarm", round_=1, sha256=announced_sha,
+                           nbytes=announced_nbytes)
+    ans_w = _Writer()
+    await serve_bundle(_reader(bytes(req_w.data)), ans_w, lambda s, r, h: served.get((s, r, h)))
+    return await fetch_bundle(_reader(bytes(ans_w.data)), _Writer(), swarm="rlswarm", round_=1,
+                              sha256=announced_sha, nbytes=announced_nbytes)
+
+
+def test_multi_chunk_bundle_round_trips():
+    data = bytes(range(256)) * ((2 * MAX_CHUNK) // 256 + 3)  # 2 MiB + 768 B → 3 data frames
+    sha = hashlib.sha256(data).hexdigest()
+    assert _run(lambda: _serve_then_fetch(data, announced_sha=sha, announced_nbytes=len(data))) == data
+
+
+def test_not_served_size_and_digest_mismatch():
+    data = b"bundle bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    cases = [
+        (dict(announced_sha=SHA_A, announced_nbytes=len(data)), "not_served"),  # unknown digest
+        (dict(announced_sha=sha, announced_nbytes=len(data) + 1), "size_mismatch"),  # header ≠ announcement
+        # the publisher serves other bytes under the announced digest
+        (dict(announced_sha=sha, announced_nbytes=len(data), served={("rlswarm", 1, sha): b"other bytes!"}),
+         "digest_mismatch"),
+    ]
+    for kwargs, reason in cases:
+        with pytest.raises(FetchError) as exc:
+            _run(lambda: _serve_then_fetch(data, **kwargs))
+        assert exc.value.reason == reason
+
+
+def test_publisher_sending_more_than_announced_is_cut_off():
+    sha = hashlib.sha256(b"abcd").hexdigest()
+    answer = _frames(encode_header("ok", 4, sha), b"abcdef")  # 6 data bytes for a 4-byte bundle
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", round_=0, sha256=sha, nbytes=4))
+    assert exc.value.reason == "size_mismatch"
+
+
+def test_publisher_closing_early_is_stream_closed():
+    sha = hashlib.sha256(b"abcdefgh").hexdigest()
+    answer = _frames(encode_header("ok", 8, sha), b"abcd")  # 4 of 8 bytes, then EOF
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", round_=0, sha256=sha, nbytes=8))
+    assert exc.value.reason == "stream_closed"
+
+
+def test_garbage_request_gets_bad_request_header():
+    w = _Writer()
+    status = _run(lambda: serve_bundle(_reader(_frames(b"\xc1")), w, lambda *a: b"never"))
+    assert status == "bad_request"
+    assert msgpack.unpackb(bytes(w.data[4:]))["status"] == "bad_request"
