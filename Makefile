@@ -9,6 +9,7 @@ SWARM   := $(VENV)/bin/swarm
 HASH    := $(shell sha256sum pyproject.toml | cut -c1-12)
 STAMP   := $(VENV)/.installed-$(HASH)
 PYTEST_ARGS ?=
+DEMO_CONFIG ?= examples/lab-swarm.yaml   # make demo DEMO_CONFIG=examples/smollm2-swarm.yaml: the real-LM swarm
 
 .PHONY: setup demo demo-solo test test-fast clean
 
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: setup
-	$(SWARM) local --nodes 2 --config examples/lab-swarm.yaml --rounds 30 --out runs/demo
+	$(SWARM) local --nodes 2 --config $(DEMO_CONFIG) --out runs/demo
 
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo

@@ -76,8 +76,18 @@ class _Tail:
         return [json.loads(s) for s in lines if s.strip()]
 
 
+def _prefetch(plan) -> None:
+    """Build or fetch each built-in model once, here, before N nodes would race to build it."""
+    from node.models import BUILTIN_MODELS, fetch
+
+    for spec in dict.fromkeys(cfg.model.spec for _, _, cfg, _ in plan):
+        if spec in BUILTIN_MODELS:
+            fetch(spec)
+
+
 def run_local(args) -> int:
     plan = _node_plan(args)
+    _prefetch(plan)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sw = plan[0][2].swarm
