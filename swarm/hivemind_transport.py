@@ -32,6 +32,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from functools import partial
 
 from hivemind import DHT
 from hivemind.dht.crypto import RSASignatureValidator
@@ -104,21 +105,24 @@ class HivemindTransport:
         finally:
             if tmp_dir is not None:
                 shutil.rmtree(tmp_dir, ignore_errors=True)  # p2pd has read it (or failed)
-        if self._dht.peer_id.to_base58() != self.peer_id:
-            self._dht.shutdown()
-            raise SwarmError("p2pd peer id differs from the identity key; announcements would not bind to it")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
         self._thread.start()
-        self._call(self._start_async(), self.cfg.startup_timeout_s)
+        try:
+            if self._dht.peer_id.to_base58() != self.peer_id:
+                raise SwarmError("p2pd peer id differs from the identity key; announcements would not bind to it")
+            self._call(self._start_async(), self.cfg.startup_timeout_s)
+        except BaseException:
+            self.shutdown()  # never leave a DHT process or a p2pd behind
+            raise
 
     async def _start_async(self) -> None:
         self._wake = asyncio.Event()  # bound to this loop
         self._fetch_slots = asyncio.Semaphore(self.cfg.max_concurrent_fetches)
+        self._fetches: set[asyncio.Task] = set()
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(wire.HANDLER_NAME, self._handle_stream)
         self._poller = asyncio.create_task(self._poll_forever())
-        self._fetches: set[asyncio.Task] = set()
 
     def _call(self, coro, timeout: float):
         if self._loop is None or self._stopped.is_set():
@@ -128,16 +132,22 @@ class HivemindTransport:
 
     def visible_maddrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<id>) other peers can pass as initial_peers."""
-        return [str(a) for a in self._dht.get_visible_maddrs()]
+        return self._call(self._visible_maddrs(), self.cfg.dht_timeout_s)
+
+    async def _visible_maddrs(self) -> list[str]:
+        # through the loop thread: the DHT pipe must have a single writer
+        fut = self._dht.run_coroutine(partial(DHT._get_visible_maddrs, latest=False), return_future=True)
+        return [str(a) for a in await fut]
 
     def shutdown(self) -> None:
+        """Stop polling and serving, leave the DHT, stop the p2p daemon. Idempotent."""
         if self._stopped.is_set():
             return
         if self._loop is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._stop_async(), self._loop).result(10)
             except Exception as exc:  # shutting down anyway; say what did not stop cleanly
-                log.warning("transport shutdown: %s", exc)
+                log.warning("transport shutdown: %r", exc)
         self._stopped.set()
         with self.inbox.cond:
             self.inbox.cond.notify_all()
@@ -146,17 +156,20 @@ class HivemindTransport:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
-            self._loop.close() if not self._loop.is_running() else None
+            if not self._thread.is_alive():
+                self._loop.close()
 
     async def _stop_async(self) -> None:
-        tasks = [self._poller, *self._fetches]
+        tasks = [t for t in (getattr(self, "_poller", None), *getattr(self, "_fetches", ())) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        try:
-            await self._p2p.remove_binary_stream_handler(wire.HANDLER_NAME)
-        finally:
-            await self._p2p.shutdown()  # a replica: closes our client connection, not the daemon
+        p2p = getattr(self, "_p2p", None)
+        if p2p is not None:
+            try:
+                await p2p.remove_binary_stream_handler(wire.HANDLER_NAME)
+            finally:
+                await p2p.shutdown()  # a replica: closes our client connection, not the daemon
 
     # ------------------------------------------------------------------ publish (serve + announce)
 
@@ -167,7 +180,10 @@ class HivemindTransport:
             keep = sorted({r for r, _ in self._served})[-self.cfg.serve_rounds:]
             self._served = {k: v for k, v in self._served.items() if k[0] in keep}
         self._watch([round])
-        stored = self._call(self._store(round, value), self.cfg.dht_timeout_s)
+        try:
+            stored = self._call(self._store(round, value), self.cfg.dht_timeout_s)
+        except TimeoutError:
+            stored = False
         if not stored:
             self.publish_failures += 1
             log.warning("round %d: no DHT node accepted our announcement; peers will not see this bundle", round)

@@ -4,8 +4,12 @@ plus a rogue transport that serves and announces hostile data through the real D
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +155,24 @@ def test_unreachable_initial_peers_raise_one_line_error():
     msg = str(exc.value)
     assert "\n" not in msg and dead in msg and "swarm bootstrap" in msg
     assert time.monotonic() - start < 10.0 + 15.0
+
+
+def test_bootstrap_process_prints_addresses_and_stops_on_sigterm():
+    code = ("from swarm.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/0'], "
+            "announce_maddrs=[], identity_path=None, startup_timeout_s=60, swarm_id='rlswarm')")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        header = proc.stdout.readline()
+        assert header.startswith("bootstrap peer Qm") and header.endswith(
+            " ready; pass one of these as --initial-peers:\n")
+        maddr = proc.stdout.readline().strip()
+        assert maddr.startswith("/ip4/127.0.0.1/tcp/") and maddr.endswith("/p2p/" + header.split()[2])
+        joined = HivemindTransport(cfg=_cfg([maddr]))  # the printed line is usable as-is
+        joined.shutdown()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
