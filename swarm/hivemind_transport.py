@@ -244,7 +244,10 @@ class HivemindTransport:
         while True:
             with self.inbox.cond:
                 due = [r for r in self._watched if r in self._waiting or tick % _BACKGROUND_EVERY == 0]
-            await asyncio.gather(*(self._poll_round(r) for r in due))
+            results = await asyncio.gather(*(self._poll_round(r) for r in due), return_exceptions=True)
+            for r, res in zip(due, results):
+                if isinstance(res, Exception):  # our bug, not a peer's: keep polling, but loudly
+                    log.error("polling round %d failed", r, exc_info=res)
             tick += 1
             self._wake.clear()
             try:
@@ -298,5 +301,9 @@ class HivemindTransport:
             finally:
                 if writer is not None:
                     writer.close()
-        await asyncio.get_running_loop().run_in_executor(
-            None, settle_fetched, self.inbox, ann, data, self.cfg.swarm_id, self.limits, reason)
+        try:  # decoding is CPU work: off the loop, so serving and polling go on meanwhile
+            await asyncio.get_running_loop().run_in_executor(
+                None, settle_fetched, self.inbox, ann, data, self.cfg.swarm_id, self.limits, reason)
+        except Exception:  # a bug on our side; the bundle still settles, so no gather waits for it
+            log.exception("filing the bundle of %s round %d failed", ann.peer[:12], ann.round)
+            self.inbox.drop(ann.round, ann.peer, "internal_error")
