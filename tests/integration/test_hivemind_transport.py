@@ -99,7 +99,7 @@ def test_hostile_bundles_are_dropped_and_good_records_still_arrive(swarm3):
     maddrs, (a, b, _) = swarm3
     rogue = HivemindTransport(cfg=_cfg(maddrs[:1]))
     try:
-        rounds = [10, 11, 12, 13, 14]
+        rounds = [10, 11, 12, 13, 14, 15]
         for r in rounds:
             b.publish(r, [_record(b.peer_id, r)])
         _rogue_publish(rogue, 10, b"\x28\xb5\x2f\xfd garbage")  # zstd magic, then nonsense
@@ -107,9 +107,11 @@ def test_hostile_bundles_are_dropped_and_good_records_still_arrive(swarm3):
         _rogue_publish(rogue, 12, encode_bundle([_record(b.peer_id, 12)]))  # a record in b's name
         _rogue_publish(rogue, 13, encode_bundle([_record(rogue.peer_id, 13)]), count=300)  # > 256 records quota
         _rogue_publish(rogue, 14, encode_bundle([_record(rogue.peer_id, 14)]), peer=b.peer_id)  # forged announcement
+        oversized = encode_announcement(Announcement(rogue.peer_id, 15, 1, 10, "0" * 64, 0, time.time()))
+        assert rogue._call(rogue._store(15, oversized + b"\x00" * 2000), 10)  # > 1 KiB value: refused unparsed
         got = a.gather(rounds, timeout=20.0, min_peers=2)
         assert sorted(got.records, key=lambda r: r.round) == [_record(b.peer_id, r) for r in rounds]
-        assert got.drops == Counter({"zstd": 1, "too_large": 1, "forged": 2, "quota": 1})
+        assert got.drops == Counter({"zstd": 1, "too_large": 1, "forged": 2, "quota": 1, "bad_announcement": 1})
     finally:
         rogue.shutdown()
 

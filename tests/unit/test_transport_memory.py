@@ -183,3 +183,23 @@ def test_vet_announcement_binds_signer_round_and_size():
     with pytest.raises(RecordError) as exc:
         vet_announcement(big, "P", 4, limits)
     assert exc.value.reason == "bad_announcement"
+
+
+def test_latency_is_time_until_the_last_bundle_settled():
+    _, t = _swarm("A", "B")
+    threading.Timer(0.2, lambda: t["B"].publish(0, [_record("B")])).start()
+    got = t["A"].gather([0], timeout=3.0, min_peers=1)
+    assert 0.2 <= got.latency_s < 1.0  # B published 0.2 s into the call
+    t["B"].publish(1, [_record("B", 1)])
+    t["A"]._poll([1])  # round 1 settles before the next call starts
+    assert t["A"].gather([1], timeout=1.0, min_peers=1).latency_s == 0.0  # settled before the call
+
+
+def test_forget_before_drops_old_bookkeeping_only():
+    hub, t = _swarm("A", "B")
+    for r in (0, 1, 2):
+        t["B"].publish(r, [_record("B", r)])
+    assert len(t["A"].gather([0, 1, 2], 0.0, 0).records) == 3
+    t["A"].inbox.forget_before(2)
+    assert {k[1] for k in t["A"].inbox.claimed} == {2}
+    assert t["A"].gather([2], 0.0, 0).records == []  # round 2 is still deduplicated
