@@ -72,11 +72,11 @@ def test_min_peers_returns_early_and_timeout_bounds_the_wait():
     t["B"].publish(0, [_record("B")])
     start = time.monotonic()
     got = t["A"].gather([0], timeout=5.0, min_peers=1)  # B settled → no wait for C
-    assert time.monotonic() - start < 1.0 and got.peers == ["B"]
+    assert time.monotonic() - start < 2.5 and got.peers == ["B"]
     start = time.monotonic()
     got = t["A"].gather([0], timeout=0.3, min_peers=2)  # C never publishes: wait exactly the timeout
     elapsed = time.monotonic() - start
-    assert 0.3 <= elapsed < 0.8 and got.records == []
+    assert 0.3 <= elapsed < 2.0 and got.records == []
 
 
 def test_min_peers_none_waits_for_peers_of_recent_rounds():
@@ -85,8 +85,8 @@ def test_min_peers_none_waits_for_peers_of_recent_rounds():
         t[n].publish(0, [_record(n, 0)])
     assert sorted(t["A"].gather([0], 1.0, None).peers) == ["B", "C"]
     t["B"].publish(1, [_record("B", 1)])
+    start = time.monotonic()  # before the timer starts: C publishes ≥ 0.2 s after `start`
     threading.Timer(0.2, lambda: t["C"].publish(1, [_record("C", 1)])).start()
-    start = time.monotonic()
     got = t["A"].gather([1], timeout=3.0, min_peers=None)  # B and C were seen in round 0: wait for both
     assert 0.2 <= time.monotonic() - start < 2.0 and sorted(got.peers) == ["B", "C"]
 
@@ -95,7 +95,7 @@ def test_min_peers_zero_takes_what_arrived_without_waiting():
     _, t = _swarm("A", "B")
     start = time.monotonic()
     assert t["A"].gather([0, 1], timeout=10.0, min_peers=0).records == []
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 2.0
 
 
 def test_dead_peer_after_announcing_is_counted_not_waited_for():
@@ -104,8 +104,8 @@ def test_dead_peer_after_announcing_is_counted_not_waited_for():
     t["C"].publish(0, [_record("C")])
     t["C"].shutdown()  # announced, then died: bytes unreachable
     start = time.monotonic()
-    got = t["A"].gather([0], timeout=2.0, min_peers=2)
-    assert time.monotonic() - start < 1.0  # C is settled (as a failed fetch), so no wait
+    got = t["A"].gather([0], timeout=5.0, min_peers=2)
+    assert time.monotonic() - start < 2.5  # C is settled (as a failed fetch), so no wait
     assert got.peers == ["B"] and got.drops == Counter({"fetch_failed": 1})
     with pytest.raises(RuntimeError):
         t["C"].publish(1, [])
@@ -187,9 +187,14 @@ def test_vet_announcement_binds_signer_round_and_size():
 
 def test_latency_is_time_until_the_last_bundle_settled():
     _, t = _swarm("A", "B")
-    threading.Timer(0.2, lambda: t["B"].publish(0, [_record("B")])).start()
-    got = t["A"].gather([0], timeout=3.0, min_peers=1)
-    assert 0.2 <= got.latency_s < 1.0  # B published 0.2 s into the call
+    timer = threading.Timer(0.3, lambda: t["B"].publish(0, [_record("B")]))
+    t0 = time.monotonic()
+    timer.start()
+    before = time.monotonic()
+    got = t["A"].gather([0], timeout=5.0, min_peers=1)
+    elapsed = time.monotonic() - before
+    # B publishes 0.3 s after the timer started, i.e. 0.3 s minus the (small) delay before the call began
+    assert 0.3 - (before - t0) <= got.latency_s <= elapsed < 5.0
     t["B"].publish(1, [_record("B", 1)])
     t["A"]._poll([1])  # round 1 settles before the next call starts
     assert t["A"].gather([1], timeout=1.0, min_peers=1).latency_s == 0.0  # settled before the call
