@@ -1,0 +1,224 @@
+"""Toy-scale F-TIS ablation (issue 3): learning from another policy's groups, NoIS vs F-TIS, and
+IS-weight variance of token-level IS (GRPO) vs GEPO as the policy gap grows.
+
+Learner: the lab model (lab-chain-sum, real chain_sum rewards); behaviour policies are *other*
+models whose groups the learner receives, as from a peer:
+
+  perturbed(σ)   a copy of the learner with every weight tensor W ← W + σ·std(W)·N(0, 1) (seeded):
+                 same tokenizer, so per-token μ is used directly (DESIGN §7, aligned rows)
+  tiny-qwen2     a different model *and* tokenizer: the learner re-tokenises the text and uses
+                 the length-normalised sequence ratio (DESIGN §7, unaligned rows)
+
+A. Stability (f-tis paper, ablation of the IS variant): N batches of B×G completions are sampled
+   once from perturbed(σ_A) and every loss trains a fresh copy of the learner on the *same*
+   batches (only informative groups; advantages computed by the learner's verifier). Per step:
+   loss, pre-clip gradient norm, the loss's IS weight mean/var/max, filtered fraction, k3 KL to
+   μ; the learner's own sampled accuracy on a fixed held-out set before, midway and at the end.
+B. IS-weight variance vs policy gap (gepo paper §3, Fig. 2 idea): for growing σ, B×G completions
+   from perturbed(σ) are scored by the (untrained) learner and passed to the `grpo` loss (token
+   weights exp(log π_θ − log μ_t)) and the `gepo` loss (sequence weights p_i / E_q[q]); their
+   `is_weight_var` is printed next to the KL estimate; plus the re-tokenised tiny-qwen2 pair.
+
+    python -m bench.fis_ablation [--steps 10] [--losses nois tis f-tis] [--sigma-a 0.75]
+                                 [--sigmas 0 0.25 0.5 0.75 1 1.5] [--lr 1e-4]
+
+Writes bench/results/fis_ablation.json and fis_ablation.png. Small defaults: < 5 min on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import statistics
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from bench.common import RESULTS, set_threads, table, task_source, write_json  # noqa: E402
+from losses import build_loss  # noqa: E402
+from node.generation import GenerationConfig, HFGenerator  # noqa: E402
+from node.groups import verify_group  # noqa: E402
+from node.models import ModelConfig, load_model  # noqa: E402
+from node.tasks import render_prompt  # noqa: E402
+from node.train import TrainConfig, build_rows, loss_inputs, train_step  # noqa: E402
+
+LEARNER = "lab-chain-sum"
+
+
+@torch.no_grad()
+def perturbed(model: torch.nn.Module, sigma: float, seed: int) -> torch.nn.Module:
+    """A copy with W ← W + σ·std(W)·ε per tensor (ε ~ N(0, 1) seeded); σ = 0 is an exact copy."""
+    out = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    for p in out.parameters():
+        if sigma > 0 and p.numel() > 1:
+            p.add_(sigma * p.std() * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return out
+
+
+class Sampler:
+    """A behaviour policy producing verified groups for the learner's tasks (as a peer would)."""
+
+    def __init__(self, model, tokenizer, source, args, aligned: bool):
+        self.gen = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=args.max_new_tokens))
+        self.tokenizer, self.source, self.aligned, self.group = tokenizer, source, aligned, args.group_size
+
+    def groups(self, round_: int, prompts: int):
+        tasks = self.source.sample(round_, prompts)
+        texts = [render_prompt(self.tokenizer, t.question, None) for t in tasks]
+        out = self.gen.generate(texts, n=self.group)
+        return [verify_group(self.source, t, c, source="peer", aligned=self.aligned, round=round_)
+                for t, c in zip(tasks, out.groups)]
+
+
+def accuracy(model, tokenizer, prompts: list[str], tasks, source, samples: int) -> float:
+    out = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=16)).generate(prompts, n=samples)
+    rewards = [source.score(t, c.text) for t, g in zip(tasks, out.groups) for c in g]
+    return sum(r >= 1.0 for r in rewards) / len(rewards)
+
+
+def stability(base, tok, source, args) -> dict:
+    """Part A: every loss trains its own learner copy on the same off-policy batches."""
+    beh = Sampler(perturbed(base, args.sigma_a, args.seed), tok, source, args, aligned=True)
+    torch.manual_seed(args.seed)
+    batches = [beh.groups(s, args.prompts) for s in range(args.steps)]
+    eval_tasks = source.sample(10_000, args.eval_prompts)  # a round index no batch uses
+    eval_prompts = [render_prompt(tok, t.question, None) for t in eval_tasks]
+    prompt_of = lambda task: render_prompt(tok, task.question, None)  # noqa: E731
+    cfg = TrainConfig(lr=args.lr, micro_batch_rows=args.prompts * args.group_size, grad_clip=1.0)
+    eval_at = sorted({0, args.steps // 2, args.steps})
+    out = {}
+    for name in args.losses:
+        learner = copy.deepcopy(base)
+        opt = torch.optim.AdamW([p for p in learner.parameters() if p.requires_grad], lr=args.lr, betas=cfg.betas)
+        loss_fn, steps, evals = build_loss(name), [], {}
+        torch.manual_seed(args.seed + 1)
+        for s, groups in enumerate(batches + [None]):
+            if s in eval_at:
+                evals[s] = accuracy(learner, tok, eval_prompts, eval_tasks, source, args.eval_samples)
+            if groups is None:
+                break
+            rows = build_rows([g for g in groups if g.informative], tok, prompt_of)
+            if not rows:
+                steps.append({"step": s, "stepped": False})
+                continue
+            res = train_step(learner, opt, rows, loss_fn, cfg, temperature=1.0, pad_id=tok.pad_token_id)
+            steps.append({"step": s, "stepped": True, "rows": res.rows, **res.metrics})
+        out[name] = {"steps": steps, "eval_accuracy": evals}
+    return out
+
+
+def summarise(name: str, res: dict) -> dict:
+    st = [s for s in res["steps"] if s["stepped"]]
+    finite = all(math.isfinite(s["loss"]) and math.isfinite(s["grad_norm"]) for s in st)
+    ev = res["eval_accuracy"]
+    return {"loss": name, "steps": len(st), "finite": finite,
+            "grad_norm_mean": statistics.fmean(s["grad_norm"] for s in st),
+            "grad_norm_max": max(s["grad_norm"] for s in st),
+            "loss_std": statistics.pstdev(s["loss"] for s in st),
+            "is_w_max": max(s["is_weight_max"] for s in st),
+            "is_w_var_mean": statistics.fmean(s["is_weight_var"] for s in st),
+            "filtered_frac": statistics.fmean(s["filtered_frac"] for s in st),
+            "kl_beh": statistics.fmean(s["kl_beh"] for s in st),
+            "acc_start": ev[min(ev)], "acc_end": ev[max(ev)]}
+
+
+@torch.no_grad()
+def variance_point(learner, tok, sampler: Sampler, args, round_: int) -> dict:
+    groups = sampler.groups(round_, args.prompts)
+    rows = build_rows(groups, tok, lambda task: render_prompt(tok, task.question, None))
+    inputs = loss_inputs(learner, rows, 1.0, tok.pad_token_id)
+    token, seq = build_loss("grpo")(inputs).metrics, build_loss("gepo")(inputs).metrics
+    return {"kl_beh": token["kl_beh"], "token_is_var": token["is_weight_var"], "token_is_max": token["is_weight_max"],
+            "gepo_var": seq["is_weight_var"], "gepo_max": seq["is_weight_max"],
+            "reward_mean": statistics.fmean(r for g in groups for r in g.rewards)}
+
+
+def variance_vs_gap(base, tok, source, args) -> list[dict]:
+    """Part B: IS-weight variance of token IS (grpo) vs GEPO for growing σ, and a re-tokenised pair."""
+    base.eval()
+    points = []
+    for i, sigma in enumerate(args.sigmas):
+        torch.manual_seed(args.seed)
+        sampler = Sampler(perturbed(base, sigma, args.seed + 100 + i), tok, source, args, aligned=True)
+        points.append({"behaviour": f"perturbed σ={sigma:g}", "sigma": sigma,
+                       **variance_point(base, tok, sampler, args, 20_000)})
+    if args.hetero:
+        other = load_model(ModelConfig(spec="tiny-qwen2"))
+        torch.manual_seed(args.seed)
+        sampler = Sampler(other.model, other.tokenizer, source, args, aligned=False)
+        points.append({"behaviour": "tiny-qwen2 (re-tokenised)", "sigma": None,
+                       **variance_point(base, tok, sampler, args, 20_000)})
+    return points
+
+
+def plot(stab: dict, points: list[dict], path) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    for name, res in stab.items():
+        st = [s for s in res["steps"] if s["stepped"]]
+        axes[0].plot([s["step"] for s in st], [s["grad_norm"] for s in st], marker="o", label=name)
+        axes[1].plot([s["step"] for s in st], [s["loss"] for s in st], marker="o", label=name)
+    axes[0].set(title="A. pre-clip gradient norm per step", xlabel="step", ylabel="‖g‖", yscale="log")
+    axes[1].set(title="A. loss per step", xlabel="step", ylabel="loss")
+    for ax in axes[:2]:
+        ax.legend()
+    pts = [p for p in points if p["sigma"] is not None]
+    kl = [max(p["kl_beh"], 1e-6) for p in pts]
+    axes[2].plot(kl, [max(p["token_is_var"], 1e-12) for p in pts], marker="o", label="token IS (grpo)")
+    axes[2].plot(kl, [max(p["gepo_var"], 1e-12) for p in pts], marker="s", label="GEPO")
+    axes[2].set(title="B. IS-weight variance vs KL(μ‖π_θ)", xlabel="k3 KL per token", ylabel="variance",
+                xscale="log", yscale="log")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10, help="A: optimizer steps per loss")
+    ap.add_argument("--losses", nargs="+", default=["nois", "tis", "f-tis"])
+    ap.add_argument("--sigma-a", type=float, default=0.75, help="A: behaviour perturbation")
+    ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0, 1.5])
+    ap.add_argument("--no-hetero", dest="hetero", action="store_false", help="B: skip the tiny-qwen2 pair")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--eval-prompts", type=int, default=32)
+    ap.add_argument("--eval-samples", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    set_threads(args.threads)
+    t0 = time.perf_counter()
+    loaded = load_model(ModelConfig(spec=LEARNER))
+    base, tok, source = loaded.model, loaded.tokenizer, task_source(LEARNER)
+
+    stab = stability(base, tok, source, args)
+    summary = [summarise(n, r) for n, r in stab.items()]
+    print(f"== A. {args.steps} steps on groups from perturbed(σ={args.sigma_a}), lr {args.lr}, "
+          f"{args.prompts}×{args.group_size} per batch")
+    print(table(summary, list(summary[0])))
+    points = variance_vs_gap(base, tok, source, args)
+    for p in points:
+        p["gepo_over_token_var"] = p["gepo_var"] / p["token_is_var"] if p["token_is_var"] > 0 else float("nan")
+    print(f"\n== B. IS-weight variance vs policy gap ({args.prompts}×{args.group_size} completions each)")
+    print(table(points, ["behaviour", "kl_beh", "token_is_var", "gepo_var", "gepo_over_token_var",
+                         "token_is_max", "gepo_max", "reward_mean"]))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = RESULTS / "fis_ablation.png"
+    plot(stab, points, png)
+    path = write_json("fis_ablation", {"args": vars(args), "learner": LEARNER, "stability_summary": summary,
+                                       "stability": stab, "variance_vs_gap": points,
+                                       "seconds": time.perf_counter() - t0})
+    print(f"\nwrote {path} and {png} in {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
