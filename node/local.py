@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,12 @@ def _prefetch(plan) -> None:
             fetch(spec)
 
 
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt
+
+
 def run_local(args) -> int:
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # `kill` stops the children like Ctrl-C does
     plan = _node_plan(args)
     _prefetch(plan)
     out = Path(args.out)
@@ -139,8 +145,8 @@ def summarize(out: Path, names: list[str]) -> None:
     from rich.table import Table
 
     table = Table(title=f"swarm local · {out}")
-    for col in ("node", "rounds", "local groups", "external groups", "peers used",
-                "reward first→last", "held-out acc first→last"):
+    for col in ("node", "rounds", "own groups", "peer groups", "peers", "reward first→last",
+                "held-out acc first→last"):
         table.add_column(col)
     dirs = []
     for name in names:
@@ -161,7 +167,7 @@ def summarize(out: Path, names: list[str]) -> None:
             f"{_fmt(_mean([m['reward_mean'] for m in rows[:k]]))} → {_fmt(_mean([m['reward_mean'] for m in rows[-k:]]))}",
             f"{_fmt(first_eval)} → {_fmt(evals[-1] if evals else None)}",
         )
-    Console().print(table)
+    Console(width=max(110, Console().width)).print(table)
     if dirs:
         from node.plot import plot_runs
 

@@ -59,9 +59,8 @@ def start_bootstrap(log: Path, *, startup_timeout_s: float = 60.0, swarm_id: str
             out.write(line)
             out.flush()
             text = line.decode(errors="replace").strip()
-            if _MADDR.match(text):
+            if _MADDR.match(text):  # one loopback address is all the nodes need
                 maddrs.append(text)
-            elif maddrs:  # the address block is over
                 break
     if not maddrs:
         stop_all([child], grace_s=1.0)
