@@ -22,67 +22,67 @@ FINISH_REASONS = ("stop", "length")  # EOS sampled | max_new_tokens reached
 class TaskRef:
     """A reasoning-gym item named by (dataset, config, seed, index); any node regenerates it exactly."""
 
-    dataset: str
-    config: dict[str, Any]
-    seed: int
-    index: int
+    dataset: str  # reasoning-gym dataset name; receivers drop names they do not allow
+    config: dict[str, Any]  # the dataset's config kwargs (JSON-like, string keys); part of the identity
+    seed: int  # dataset seed: (dataset, config, seed) fixes the whole item stream
+    index: int  # item index in that stream (≥ 0): the receiver regenerates question and answer
 
 
 @dataclass(frozen=True)
 class ModelInfo:
     """The sender's policy: a display name, its tokenizer fingerprint (sha256 hex) and vocab size."""
 
-    name: str
-    tokenizer: str
-    vocab_size: int
+    name: str  # display only (model spec); never used to decide anything
+    tokenizer: str  # sha256 hex of the canonical tokenizer JSON: equal ⇒ token ids and μ_t are usable
+    vocab_size: int  # bounds every token id; ≤ 65536 ⇒ ids packed as uint16, else uint32
 
 
 @dataclass(frozen=True)
 class SamplingInfo:
     """How the completions were sampled; logprobs are of logits / temperature (after top-p)."""
 
-    temperature: float
-    top_p: float
-    max_new_tokens: int
+    temperature: float  # > 0; the logprobs are of logits / temperature
+    top_p: float  # (0, 1]; the nucleus is not renormalised into the logprobs
+    max_new_tokens: int  # > 0; explains finish_reason "length"
 
 
 @dataclass(frozen=True)
 class Completion:
     """One sampled completion: decoded text, token ids and per-token sampling logprobs (same length)."""
 
-    text: str
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str
-    reward_claimed: float | None = None
+    text: str  # decoded completion: what a receiver with another tokenizer re-tokenises
+    token_ids: tuple[int, ...]  # [L] sampled ids in the sender's tokenizer, EOS included if sampled
+    logprobs: tuple[float, ...]  # [L] log μ(y_t | x, y_<t) ≤ 0, the behaviour policy of off-policy losses
+    finish_reason: str  # "stop" (EOS sampled) or "length" (max_new_tokens reached)
+    reward_claimed: float | None = None  # the sender's reward, informational only (never trusted)
 
 
 @dataclass(frozen=True)
 class RolloutRecord:
     """One prompt group (G completions of one task) as published by one peer in one round."""
 
-    swarm: str
-    peer: str
-    round: int
-    policy_version: int
-    created_at: float
-    model: ModelInfo
-    sampling: SamplingInfo
-    task: TaskRef
-    prompt: str
-    completions: tuple[Completion, ...]
-    v: int = SCHEMA_VERSION
+    swarm: str  # swarm id: records of another swarm are ignored
+    peer: str  # sender peer id (the transport checks it against the signed subkey)
+    round: int  # sender's round (≥ 0): which gather window the record belongs to
+    policy_version: int  # sender's optimizer steps so far (≥ 0): staleness in async mode
+    created_at: float  # sender's wall clock (unix s): age-based staleness, delay experiments
+    model: ModelInfo  # which tokenizer the ids are in, and the id bound
+    sampling: SamplingInfo  # how μ was produced
+    task: TaskRef  # what the receiver regenerates and verifies itself
+    prompt: str  # the sender's rendered prompt; receivers check it against their own rendering
+    completions: tuple[Completion, ...]  # the G completions of one GRPO group
+    v: int = SCHEMA_VERSION  # schema version; a receiver drops versions it does not speak
 
 
 @dataclass(frozen=True)
 class Announcement:
     """The small DHT value announcing one peer's bundle for one round (the bytes move over P2P)."""
 
-    peer: str
-    round: int
-    count: int
-    nbytes: int
-    sha256: str
-    policy_version: int
-    created_at: float
-    v: int = field(default=SCHEMA_VERSION)
+    peer: str  # publisher peer id (whom to fetch the bundle from)
+    round: int  # the round the bundle belongs to
+    count: int  # records in the bundle (≥ 0)
+    nbytes: int  # compressed bundle size (> 0): checked against the caps before fetching
+    sha256: str  # hex digest of the bundle bytes: checked after fetching
+    policy_version: int  # publisher's policy version, for staleness before any download
+    created_at: float  # publisher's wall clock (unix s)
+    v: int = field(default=SCHEMA_VERSION)  # schema version
