@@ -31,12 +31,30 @@ def _overrides(args) -> dict:
         if not sep:
             raise SystemExit(f"error: --set expects key=value, got {item!r}")
         out[key] = yaml.safe_load(value)
-    if getattr(args, "initial_peers", None):
-        out["swarm.initial_peers"] = args.initial_peers
+    peers = list(getattr(args, "initial_peers", None) or [])
+    if getattr(args, "initial_peers_file", None):
+        peers += _read_peers_file(Path(args.initial_peers_file))
+    if peers:
+        out["swarm.initial_peers"] = peers
         out["swarm.enabled"] = True
     if getattr(args, "rounds", None):
         out["rounds"] = args.rounds
     return out
+
+
+def _read_peers_file(path: Path, wait_s: float = 300.0) -> list[str]:
+    """Multiaddrs written by `swarm bootstrap --maddrs-file` (waits for the file, e.g. in docker-compose)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"no bootstrap address file at {path} after {wait_s:.0f} s")
+        time.sleep(1.0)
+    peers = [line.strip() for line in path.read_text().splitlines() if "/p2p/" in line]
+    if not peers:
+        raise FileNotFoundError(f"{path} holds no multiaddr with /p2p/")
+    return peers
 
 
 def cmd_node(args) -> int:
@@ -72,8 +90,22 @@ def cmd_local(args) -> int:
 def cmd_bootstrap(args) -> int:
     from swarm.bootstrap import run_bootstrap
 
+    print_fn = print
+    if args.maddrs_file:
+        target, lines = Path(args.maddrs_file), []
+
+        def print_fn(*parts, **kw):  # also write the addresses, atomically, for `--initial-peers-file`
+            print(*parts, **kw)
+            text = " ".join(str(p) for p in parts)
+            if "/p2p/" in text and text.startswith("/"):
+                lines.append(text)
+                tmp = target.with_suffix(".tmp")
+                tmp.write_text("\n".join(lines) + "\n")
+                os.replace(tmp, target)
+
     run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
-                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id)
+                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id,
+                  print_fn=print_fn)
     return 0
 
 
@@ -137,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--rounds", type=int, help="stop after this many rounds (overrides config)")
     n.add_argument("--out", help="metrics, logs and checkpoints go here (default runs/<name>)")
     n.add_argument("--initial-peers", nargs="+", help="bootstrap multiaddrs; enables the swarm")
+    n.add_argument("--initial-peers-file", help="read bootstrap multiaddrs from this file (waits for it)")
     n.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
     n.set_defaults(fn=cmd_node)
 
@@ -154,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--announce-maddrs", nargs="+", help="public addresses to advertise (behind NAT)")
     b.add_argument("--identity", help="identity file (stable peer id)")
     b.add_argument("--swarm-id", default="rlswarm", help="swarm namespace (must match the nodes')")
+    b.add_argument("--maddrs-file", help="also write the multiaddrs to this file (see node --initial-peers-file)")
     b.add_argument("--startup-timeout", type=float, default=60.0)
     b.set_defaults(fn=cmd_bootstrap)
 
