@@ -22,9 +22,11 @@ def test_every_recipe_is_a_builtin():
 
 
 @pytest.mark.parametrize("alias", sorted(LAB_RECIPES))
-def test_lab_model_lands_in_target_band(alias, tmp_path, monkeypatch):
+def test_lab_model_lands_in_target_band(alias, monkeypatch):
+    # the user's cache ($SWARM_CACHE_DIR; CI points it at a fresh directory), so the learning test
+    # and the examples reuse this build instead of repeating it
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path = fetch(alias, cache_dir=tmp_path, progress=print)
+    path = fetch(alias, progress=print)
     lab = json.loads((path / "lab.json").read_text())
     lo, hi = lab["target_sampled_accuracy"]
     assert (lo, hi) == (0.10, 0.40)
@@ -35,7 +37,7 @@ def test_lab_model_lands_in_target_band(alias, tmp_path, monkeypatch):
     assert lab["curve"][-1]["sampled_accuracy"] >= LAB_RECIPES[alias].stop_at  # the stopping rule fired
     assert all(c["sampled_accuracy"] < LAB_RECIPES[alias].stop_at for c in lab["curve"][:-1])
 
-    loaded = load_model(ModelConfig(spec=alias), cache_dir=tmp_path)
+    loaded = load_model(ModelConfig(spec=alias))
     cfg = TaskConfig(
         datasets=[DatasetSpec(name=lab["dataset"], config=lab["config"])],
         system_prompt=lab["system_prompt"],
