@@ -60,3 +60,23 @@ def test_ctrl_c_stops_every_process(tmp_path):
     for name in ("tiny-0", "tiny-1"):  # every metrics line written is intact JSON
         for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines():
             json.loads(line)
+
+
+def test_two_tokenizers_exchange_groups(tmp_path):
+    """Heterogeneous pairing (DESIGN §7): tiny-qwen2 and tiny-llama re-tokenise each other's text."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "tiny-swarm.yaml").read_text())
+    configs = []
+    for name, spec in (("qwen", "tiny-qwen2"), ("llama", "tiny-llama")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**cfg, "name": name, "model": {"spec": spec}}))
+        configs.append(str(path))
+    proc = _swarm("local", "--nodes", "2", "--config", *configs, "--rounds", "2", "--out", str(tmp_path / "run"))
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    for name in ("qwen", "llama"):
+        rows = read_metrics(tmp_path / "run" / name / "metrics.jsonl")
+        assert sum(m["groups_external"] for m in rows) > 0, name
+        # external rows come from another tokenizer: their IS weights use the sequence-level μ
+        assert all(m["rows_trained"] > 0 for m in rows)
