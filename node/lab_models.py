@@ -76,19 +76,6 @@ LAB_RECIPES: dict[str, LabRecipe] = {
     "lab-chain-sum": LabRecipe(
         "chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
     ),
-    # "Calculate a op b." with single digits and op ∈ {+, −, ×}
-    "lab-arith": LabRecipe(
-        "basic_arithmetic",
-        {
-            "min_terms": 2,
-            "max_terms": 2,
-            "min_digits": 1,
-            "max_digits": 1,
-            "operators": ["+", "-", "*"],
-            "allow_parentheses": False,
-            "allow_negation": False,
-        },
-    ),
 }
 
 
@@ -255,7 +242,3 @@ def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
 
 def build_lab_chain_sum(out_dir: Path, progress: Progress = print) -> None:
     build_lab("lab-chain-sum", out_dir, progress)
-
-
-def build_lab_arith(out_dir: Path, progress: Progress = print) -> None:
-    build_lab("lab-arith", out_dir, progress)

@@ -116,11 +116,6 @@ _BUILTINS: dict[str, _Builtin] = {
         "node.lab_models:build_lab_chain_sum",
         1,
     ),
-    "lab-arith": _Builtin(
-        "Llama ~3M params warm-started on single-digit +, -, * (basic_arithmetic) to low accuracy; built in minutes",
-        "node.lab_models:build_lab_arith",
-        1,
-    ),
 }
 
 BUILTIN_MODELS: dict[str, str] = {alias: b.description for alias, b in _BUILTINS.items()}
