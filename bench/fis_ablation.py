@@ -168,11 +168,14 @@ def plot(stab: dict, points: list[dict], path) -> None:
     for ax in axes[:2]:
         ax.legend()
     pts = [p for p in points if p["sigma"] is not None]
-    kl = [max(p["kl_beh"], 1e-6) for p in pts]
-    axes[2].plot(kl, [max(p["token_is_var"], 1e-12) for p in pts], marker="o", label="token IS (grpo)")
-    axes[2].plot(kl, [max(p["gepo_var"], 1e-12) for p in pts], marker="s", label="GEPO")
-    axes[2].set(title="B. IS-weight variance vs KL(μ‖π_θ)", xlabel="k3 KL per token", ylabel="variance",
-                xscale="log", yscale="log")
+    sig = [p["sigma"] for p in pts]
+    axes[2].plot(sig, [max(p["token_is_var"], 1e-6) for p in pts], marker="o", label="token IS (grpo)")
+    axes[2].plot(sig, [max(p["gepo_var"], 1e-6) for p in pts], marker="s", label="GEPO")
+    for p in pts:  # the policy gap each σ produced
+        axes[2].annotate(f"KL {p['kl_beh']:.2g}", (p["sigma"], max(p["token_is_var"], 1e-6)), fontsize=7,
+                         textcoords="offset points", xytext=(2, 6))
+    axes[2].set(title="B. IS-weight variance vs behaviour perturbation σ", xlabel="σ (relative weight noise)",
+                ylabel="variance (floored at 1e-6)", yscale="log")
     axes[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
