@@ -7,8 +7,8 @@ Every limit of ``Caps`` is checked before the memory it guards is allocated:
 - decompressed size: a streaming read in 1 MiB chunks that stops past ``max_decompressed_bytes``.
   (zstandard's one-shot ``decompress(max_output_size=…)`` trusts the frame's declared content
   size and ignores the cap when it is present — measured here: a 338-byte frame declaring 10 MiB
-  decompresses in full under a 1000-byte cap — so it is not used.) Concatenated frames are read
-  as one stream (under the same cap); bytes after the last frame are an error, not ignored;
+  decompresses in full under a 1000-byte cap — so it is not used.) A bundle is exactly one frame:
+  a truncated frame and any byte after it (a second frame included) are errors, not ignored;
 - strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing
   (a hit fails the bundle as ``too_large``): strings ≤ max(4 · max_text_chars, 1024) UTF-8 bytes,
   binaries ≤ 4 · max_tokens bytes; prompt and completion text are then checked in characters;
@@ -232,16 +232,26 @@ def _decompress(data: bytes, caps: Caps) -> bytes:
     size = memoryview(data).nbytes
     if size > caps.max_compressed_bytes:
         raise RecordError("too_large", f"{size} compressed bytes > {caps.max_compressed_bytes}")
+    data = bytes(data)
     chunks, total = [], 0
     try:
-        with zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True) as reader:
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:  # the first frame only
             while chunk := reader.read(min(_READ_CHUNK, caps.max_decompressed_bytes - total + 1)):
                 total += len(chunk)
                 if total > caps.max_decompressed_bytes:
                     raise RecordError("too_large", f"decompresses beyond {caps.max_decompressed_bytes} bytes")
                 chunks.append(chunk)
+        # The bounded read proved the first frame fits the cap, so a second pass over it is bounded
+        # too; it tells where the frame ends, which the reader does not: a truncated frame, and any
+        # byte after it (a second frame included), are errors rather than silently ignored.
+        ends = zstandard.ZstdDecompressor().decompressobj()
+        ends.decompress(data)
     except zstandard.ZstdError as exc:
         raise RecordError("zstd", str(exc)[:200]) from None
+    if not ends.eof:
+        raise RecordError("zstd", "truncated or missing zstd frame")
+    if ends.unused_data:
+        raise RecordError("zstd", f"{len(ends.unused_data)} bytes after the zstd frame")
     return b"".join(chunks)
 
 
