@@ -85,6 +85,7 @@ def measure(seed: int, config: str, rounds: int, overrides: dict, *, greedy: boo
     late = statistics.fmean(m["accuracy"] for m in rows[-LATE:])
     out = {"seed": seed, "rounds": rounds, "before": node.eval_before, "after": after,
            "gain": after - node.eval_before, "early": early, "late": late,
+           "late_minus_before": late - node.eval_before,
            "eval_items": len(node._eval_set), "seconds": round(time.perf_counter() - started, 1),
            "overrides": overrides}
     if greedy:
