@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--sequential-prompts", type=int, default=2, help="prompts timed in per_sequence mode")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="", help="suffix of the results file: generation_batching<tag>.json")
     args = ap.parse_args()
     set_threads(args.threads)
 
@@ -97,7 +98,7 @@ def main() -> None:
                         "batched / per-sequence": batched["vs_per_sequence"], "target": 4.0})
     if summary:
         print("\n" + table(summary, list(summary[0])))
-    path = write_json("generation_batching", {"args": vars(args), "models": results, "summary": summary,
+    path = write_json(f"generation_batching{args.tag}", {"args": vars(args), "models": results, "summary": summary,
                                               "skipped": skipped})
     print(f"\nwrote {path}")
 
