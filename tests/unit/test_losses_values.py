@@ -245,3 +245,12 @@ def test_gepo_two_groups_and_cppo_kl():
     kl1 = (k3q(0.125 / 0.3) + k3q(0.5 / 0.3)) / 2
     assert_close(out.loss, torch.tensor(0.2 + 0.1 * (kl0 + kl1) / 2))
     assert out.metrics["clip_frac"] == 0.0
+
+
+def test_k3_is_accurate_for_tiny_log_ratios_in_float32():
+    """e^x − x − 1 cancels in float32 near 0; k3 must still match float64 to 1e-6 relative."""
+    from losses.base import k3
+
+    x = torch.tensor([1e-6, -1e-5, 1e-4, -3e-3, 0.0099, 0.0101, 0.7, -4.0], dtype=torch.float32)
+    exact = torch.expm1(x.double()) - x.double()
+    assert_close(k3(x).double(), exact, rtol=1e-6, atol=0.0)
