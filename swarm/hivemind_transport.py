@@ -130,6 +130,13 @@ class HivemindTransport:
             raise SwarmError("transport is not running (never started, or shut down)")
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self._loop).result(timeout + 5)
 
+    @property
+    def dht(self) -> DHT:
+        """The running DHT peer (shared with swarm.averaging; its calls are process-safe, ours go through our loop)."""
+        if self._dht is None:
+            raise SwarmError("transport is not running (never started)")
+        return self._dht
+
     def visible_maddrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<id>) other peers can pass as initial_peers."""
         return self._call(self._visible_maddrs(), self.cfg.dht_timeout_s)
