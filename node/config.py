@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from losses import GRPOConfig, LossConfig
 from node.checkpoint import CheckpointConfig
+from node.federated import FederatedConfig
 from node.generation import GenerationConfig
 from node.ingest import IngestConfig
 from node.metrics import MetricsConfig
@@ -52,6 +53,13 @@ class NodeConfig(BaseModel):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    federated: FederatedConfig | None = Field(None, description="Federated mode (LoRA averaging); null = off.")
+
+    @model_validator(mode="after")
+    def _federated_needs_lora(self) -> NodeConfig:
+        if self.federated is not None and self.model.lora is None:
+            raise ValueError("federated mode averages LoRA adapters: set model.lora")
+        return self
 
 
 class ConfigError(ValueError):

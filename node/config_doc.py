@@ -38,7 +38,7 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation).replace("typing.", "")
-    for mod in ("node.models.", "losses.grpo.", "losses.fis.", "losses.gspo.", "losses.gepo.", "node.tasks.", "swarm.config."):
+    for mod in ("node.models.", "losses.grpo.", "losses.fis.", "losses.gspo.", "losses.gepo.", "node.tasks.", "node.federated.", "swarm.config."):
         text = text.replace(mod, "")
     return text.replace("|", "\\|")
 

@@ -41,6 +41,8 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         sets = [f"name={name}", "swarm.enabled=true", "metrics.console=false"]
         if shared:
             sets += [f"seed={base.seed + i}", f"tasks.seed={base.tasks.seed + i}"]
+        if base.federated is not None:  # one row of the Dirichlet split per node
+            sets += [f"federated.split.client={i}", f"federated.split.clients={args.nodes}"]
         if base.torch_threads is None:
             sets.append(f"torch_threads={threads}")
         extra = [a for s in sets + user_sets for a in ("--set", s)]

@@ -9,8 +9,13 @@
     7. score      π_θ on every selected completion, in our tokenization
     8. step       pluggable loss, micro-batches, one optimizer step
     9. sync       new weights into the generator
-   10. average    (federated mode) LoRA averaging with peers — not in this mode
+   10. average    (federated mode) every τ rounds: LoRA adapters averaged with peers
    11. record     metrics line, held-out eval when due, checkpoint when due
+
+Federated mode (node/federated.py) changes three steps: tasks come from the client's private
+set, and private rounds neither publish nor gather (1, 4, 5); on a PubSwap public step the
+prompts are the shared public ones and the groups are built by the Balanced/Random rule (6);
+every τ rounds the adapters are averaged (10).
 """
 
 from __future__ import annotations
@@ -19,18 +24,23 @@ import statistics
 import time
 from typing import Any
 
+from node.federated import build_public_groups
 from node.groups import Group, verify_group
 from node.ingest import ingest
 from node.node import Node
 from node.records import to_records
-from node.train import build_rows, train_step
+from node.select import Selection
+from node.train import build_optimizer, build_rows, train_step
 
 
 def run_round(node: Node, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
     cfg = node.cfg
 
-    tasks = node.tasks.sample(round_, cfg.generation.prompts_per_round)  # 1
+    fed = node.federated  # None outside federated mode
+    public = fed is not None and fed.public_round(round_)
+    shares = fed is None or public  # a federated private round never leaves the node
+    tasks = sample_tasks(node, round_, public)  # 1
     prompts = [node.prompt_of(t) for t in tasks]
     gen = node.generator.generate(prompts, n=cfg.generation.group_size)  # 2
     local = [
@@ -38,25 +48,63 @@ def run_round(node: Node, round_: int) -> dict[str, Any]:
                      round=round_, policy_version=node.policy_version)
         for t, comps in zip(tasks, gen.groups)
     ]
-    wire_bytes = publish(node, round_, local, prompts)  # 4
-    received, drops, gather_s = gather(node, round_)  # 5
-    node.selector.add_external(received)
-    selection = node.selector.select(local)  # 6
+    wire_bytes = publish(node, round_, local, prompts) if shares else 0  # 4
+    received, drops, gather_s = gather(node, round_) if shares else ([], {}, None)  # 5
+    selection, pubswap = select(node, round_, local, received, drops, public)  # 6
     rows = build_rows(selection.groups, node.tokenizer, node.prompt_of)  # 7
     step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,  # 8
                       temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
-                      token_weighted=getattr(cfg.loss, "norm", "seq") == "token")
+                      token_weighted=getattr(cfg.loss, "norm", "seq") == "token",
+                      regularizer=fed.proximal() if fed else None)  # FedProx term
     if step.stepped:
         node.policy_version += 1
         node.generator.sync_weights(node.model, node.policy_version)  # 9
+    averaging = average(node, round_, step.rows) if fed else {}  # 10
 
     eval_accuracy = node.evaluate() if node.eval_due(round_) else None  # 11
     metrics = round_metrics(node, round_, local, selection, step, gen, wire_bytes,
                             received, drops, gather_s, eval_accuracy, time.perf_counter() - started)
+    if fed is not None:
+        metrics.update(public=public, **pubswap, **averaging)
     node.log.write(metrics)
     if node.checkpoint_due(round_):
         node.save_checkpoint(round_)
     return metrics
+
+
+def sample_tasks(node: Node, round_: int, public: bool) -> list:
+    n = node.cfg.generation.prompts_per_round
+    return node.tasks.public(round_, n) if public else node.tasks.sample(round_, n)
+
+
+def select(node: Node, round_: int, local: list[Group], received: list[Group], drops: dict[str, int],
+           public: bool) -> tuple[Selection, dict[str, int]]:
+    """SAPO's I local + J external groups; on a PubSwap public step, the Balanced/Random groups
+    (peers' groups that are not this round's public prompts count as drops)."""
+    if public:
+        cfg = node.cfg
+        selection, stats = build_public_groups(local, received, cfg.federated, own_id=node.peer_id, round_=round_,
+                                               rng=node.selector.rng, mode=cfg.train.advantage,
+                                               drop_zero_advantage=cfg.select.drop_zero_advantage)
+        for key in [k for k in stats if k.startswith("pubswap_drop_")]:
+            drops[key.removeprefix("pubswap_drop_")] = drops.get(key.removeprefix("pubswap_drop_"), 0) + stats.pop(key)
+        return selection, stats
+    node.selector.add_external(received)
+    return node.selector.select(local), {}
+
+
+def average(node: Node, round_: int, rows: int) -> dict[str, Any]:
+    """Every τ rounds: FedIT averaging; a changed adapter gets a fresh optimizer and a new version."""
+    fed = node.federated
+    fed.samples += rows
+    if not fed.average_due(round_):
+        return {}
+    out = fed.average()
+    if out["avg_averaged"]:
+        node.optimizer = build_optimizer(node.model, node.cfg.train)  # state reset, as the paper
+        node.policy_version += 1
+        node.generator.sync_weights(node.model, node.policy_version)
+    return out
 
 
 def publish(node: Node, round_: int, local: list[Group], prompts: list[str]) -> int:

@@ -15,6 +15,7 @@ import torch
 from losses import build_loss_from_config
 from node import checkpoint
 from node.config import NodeConfig
+from node.federated import Federated, FederatedTasks
 from node.generation import build_generator
 from node.metrics import MetricsLog
 from node.models import load_model
@@ -38,13 +39,18 @@ class Node:
         loaded = load_model(cfg.model)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
-        self.tasks = TaskSource(cfg.tasks)
+        self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
         self.loss_fn = build_loss_from_config(cfg.loss)
         self.optimizer = build_optimizer(self.model, cfg.train)
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name
+        self.federated = None
+        if cfg.federated is not None:
+            print(self.tasks.describe(), flush=True)
+            self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
+                                       dht=getattr(transport, "dht", None))
         self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics)
         self._eval_set = self.tasks.eval_set()
         self._system_prompt = self.tasks.system_prompt()
@@ -106,5 +112,7 @@ class Node:
                     self.cfg.name, restored.round, restored.policy_version)
 
     def close(self) -> None:
+        if self.federated is not None:
+            self.federated.close()
         if self.transport is not None:
             self.transport.shutdown()

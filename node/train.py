@@ -131,7 +131,8 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int) -> Loss
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,
-               pad_id: int, token_weighted: bool = False) -> StepResult:
+               pad_id: int, token_weighted: bool = False, regularizer=None) -> StepResult:
+    """One optimizer step; `regularizer() -> scalar` (e.g. FedProx) is added to the loss once per step."""
     start = time.perf_counter()
     total = len(rows)
     rows = dash_filter(rows, cfg.dash_threshold)
@@ -157,6 +158,10 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
             else:
                 sums[k] = sums.get(k, 0.0) + v * share
         sums["loss"] = sums.get("loss", 0.0) + float(out.loss.detach()) * share
+    if regularizer is not None:
+        reg = regularizer()
+        reg.backward()
+        sums["prox_loss"] = float(reg.detach())
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     optimizer.step()

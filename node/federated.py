@@ -1,0 +1,222 @@
+"""Federated mode (DESIGN §8, PubSwap paper): private client data, LoRA adapters averaged every τ
+rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
+
+  private round   GRPO on B prompts drawn from this client's private set (a Dirichlet(α) share of
+                  the task families, node.fedsplit); nothing is published or gathered.
+  public round    (PubSwap, every τ_swap-th round) the same B public prompts on every node, drawn
+                  from the shared public set with a seed of (split seed, round); K responses each,
+                  published as ordinary rollout records of that round; each node builds its groups
+                  by the Balanced or Random rule (node.pubswap) from its own and peers' responses.
+  average         after every τ-th round: FedIT averaging of the LoRA tensors (A and B separately)
+                  with whichever peers join in time (swarm.averaging), optionally weighted by the
+                  samples trained since the last average; on success the optimizer state is reset
+                  (as the paper) and the new weights are synced into the generator.
+  FedProx         adds μ/2·‖θ − θ_round‖² over the LoRA tensors to every step's loss, θ_round =
+                  the adapter at the last averaging boundary (the averaged one when it succeeded).
+
+Deviation: the paper recomputes π_old with the local model, so its first gradient step treats a
+peer's response as on-policy; here the configured loss sees the peer's sampling μ (DESIGN §3),
+so `grpo` clips the ratio against the donor's policy (choose loss `nois` for the paper's view).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from node import fedsplit
+from node.groups import SELF, Group, advantages
+from node.pubswap import Response, balanced, is_public_round, random_draw
+from node.select import Selection
+from node.tasks import Task, TaskConfig, TaskSource, regenerate
+from protocols.records import TaskRef
+
+
+class PubSwapConfig(BaseModel):
+    """Public steps of PubSwap (used when algorithm = pubswap)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rule: Literal["balanced", "random"] = Field("balanced", description="Response aggregation rule.")
+    tau_swap: int = Field(2, ge=1, le=1_000_000, description="Every tau_swap-th round is a public step.")
+
+
+class SplitConfig(BaseModel):
+    """Dirichlet(α) split of the task families (tasks.datasets) across the clients."""
+
+    model_config = ConfigDict(extra="forbid")
+    alpha: float = Field(0.3, gt=0, le=1e4, description="Dirichlet concentration (0.1 = high heterogeneity).")
+    clients: int = Field(4, ge=1, le=4096, description="Clients in the split (swarm local sets it to --nodes).")
+    client: int = Field(0, ge=0, le=4095, description="This node's row of the split (swarm local sets it).")
+    private_size: int = Field(256, ge=1, le=10_000_000, description="Private items per client (equal sizes).")
+    public_size: int = Field(64, ge=1, le=10_000_000, description="Items in the shared public set.")
+    seed: int = Field(0, ge=0, le=2**31 - 2, description="Shared by every client: the split, item streams and public draws.")
+
+    @model_validator(mode="after")
+    def _client_in_range(self) -> SplitConfig:
+        if self.client >= self.clients:
+            raise ValueError(f"client {self.client} is not below clients ({self.clients})")
+        return self
+
+
+class FederatedConfig(BaseModel):
+    """Federated mode: LoRA averaging every tau rounds plus the chosen algorithm (DESIGN §8)."""
+
+    model_config = ConfigDict(extra="forbid")
+    algorithm: Literal["fedavg", "fedprox", "pubswap"] = Field("fedavg", description="FedAvg-GRPO, FedProx or PubSwap.")
+    tau: int = Field(10, ge=1, le=1_000_000, description="Local rounds between adapter averages.")
+    weight_by_samples: bool = Field(False, description="Weight each peer's adapter by samples trained since the last average.")
+    prox_mu: float = Field(0.01, ge=0, le=1e3, description="FedProx μ (used when algorithm = fedprox).")
+    pubswap: PubSwapConfig = Field(default_factory=PubSwapConfig)
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    average_timeout_s: float = Field(60.0, gt=0, le=3600, description="Longest wait for averaging partners (matchmaking).")
+    matchmaking_time_s: float = Field(5.0, gt=0, le=600, description="Window in which peers gather into one group.")
+    allreduce_timeout_s: float = Field(60.0, gt=0, le=3600, description="Bound on the all-reduce itself.")
+    min_group_size: int = Field(2, ge=2, le=4096, description="Fewest peers (us included) worth averaging with.")
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> FederatedConfig:
+        if self.average_timeout_s <= self.matchmaking_time_s:
+            raise ValueError("average_timeout_s must exceed matchmaking_time_s")
+        return self
+
+
+class FederatedTasks(TaskSource):
+    """Private items of this client, the shared public set, and the global held-out set."""
+
+    def __init__(self, cfg: TaskConfig, split: SplitConfig):
+        super().__init__(cfg)
+        if cfg.eval_seed in (split.seed, split.seed + 1):
+            raise ValueError("tasks.eval_seed collides with federated.split.seed (held-out items would be trained on)")
+        self.split = split
+        self.counts = fedsplit.dirichlet_counts(len(cfg.datasets), split.clients, split.alpha, split.private_size,
+                                                split.seed)
+        self.private = fedsplit.private_items(self.counts[split.client], split.client, split.private_size)
+        self.public_set = fedsplit.public_items(len(cfg.datasets), split.public_size)
+
+    def _ref(self, family: int, index: int, seed: int) -> TaskRef:
+        spec = self.cfg.datasets[family]
+        return TaskRef(spec.name, dict(spec.config), seed, index)
+
+    def sample(self, round_: int, n: int) -> list[Task]:
+        """B items of this client's private set (without replacement within a round)."""
+        rng = random.Random(f"{self.cfg.seed}/{round_}")
+        picks = rng.sample(self.private, n) if n <= len(self.private) else rng.choices(self.private, k=n)
+        return [regenerate(self._ref(f, i, self.split.seed)) for f, i in picks]
+
+    def public(self, round_: int, n: int) -> list[Task]:
+        """The round's public prompts: the same on every node (seeded by split seed and round)."""
+        rng = random.Random(f"{self.split.seed}/public/{round_}")
+        picks = rng.sample(self.public_set, n) if n <= len(self.public_set) else rng.choices(self.public_set, k=n)
+        return [regenerate(self._ref(f, i, self.split.seed + 1)) for f, i in picks]
+
+    def family_names(self) -> list[str]:
+        names = [s.name for s in self.cfg.datasets]
+        return [f"{n}[{i}]" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+    def describe(self) -> str:
+        return fedsplit.format_split(self.family_names(), self.counts, self.split.alpha, self.split.public_size) + \
+            f"\nthis node is client {self.split.client}"
+
+
+def task_key(ref: TaskRef) -> tuple:
+    return ref.dataset, str(sorted(ref.config.items())), ref.seed, ref.index
+
+
+def adapter_tensors(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The LoRA A and B matrices (peft names them lora_A / lora_B), in a fixed order."""
+    return [p for n, p in model.named_parameters() if "lora_" in n and p.requires_grad]
+
+
+def build_public_groups(local: list[Group], received: list[Group], cfg: FederatedConfig, *, own_id: str,
+                        round_: int, rng: random.Random, mode: str, drop_zero_advantage: bool
+                        ) -> tuple[Selection, dict[str, int]]:
+    """Our training groups of a public round from our groups and peers' groups of the same prompts."""
+    stats: Counter[str] = Counter()
+    wanted = {task_key(g.task.ref) for g in local}
+    pools: dict[tuple, list[Response]] = {k: [] for k in wanted}
+    for g in received:
+        key = task_key(g.task.ref)
+        if g.round != round_ or key not in wanted:
+            stats["pubswap_drop_not_public"] += 1
+        elif not g.aligned:  # federated nodes share one base model; another tokenizer cannot be a donor here
+            stats["pubswap_drop_unaligned"] += 1
+        else:
+            pools[key] += [Response(c, r, g.source, i) for i, (c, r) in enumerate(zip(g.completions, g.rewards))]
+            stats["pubswap_peer_groups"] += 1
+    groups, dropped = [], 0
+    for g in local:
+        key = task_key(g.task.ref)
+        own = [Response(c, r, own_id, i) for i, (c, r) in enumerate(zip(g.completions, g.rewards))]
+        if cfg.pubswap.rule == "balanced":
+            built = balanced(own, own + pools[key], own_id, rng)
+        else:
+            built = random_draw(own + pools[key], len(own), own_id, f"{cfg.split.seed}/{round_}/{key}")
+        stats["pubswap_replaced"] += built.replaced
+        rewards = [r.reward for r in built.responses]
+        group = Group(g.task, [r.completion for r in built.responses], rewards, advantages(rewards, mode),
+                      source=SELF, round=round_, policy_version=g.policy_version)
+        if drop_zero_advantage and not group.informative:
+            dropped += 1
+            continue
+        groups.append(group)
+    return Selection(groups, len(groups), 0, dropped), dict(stats)
+
+
+class Federated:
+    """A node's federated state: algorithm, averaging partner search, FedProx anchor, sample count."""
+
+    def __init__(self, cfg: FederatedConfig, model: torch.nn.Module, *, swarm_id: str, dht=None, averager=None):
+        self.cfg = cfg
+        self.tensors = adapter_tensors(model)
+        if not self.tensors:
+            raise ValueError("federated mode averages LoRA adapters, but the model has no lora_ parameters")
+        self.anchor = [t.detach().clone() for t in self.tensors]  # θ_round for FedProx
+        self.samples = 0  # rows trained since the last averaging boundary
+        self.averager = averager
+        if self.averager is None and dht is not None:
+            from swarm.averaging import AdapterAverager
+
+            self.averager = AdapterAverager(
+                self.tensors, dht, prefix=f"{swarm_id}_lora".replace(".", "_"), target_group_size=cfg.split.clients,
+                min_group_size=cfg.min_group_size, matchmaking_time_s=cfg.matchmaking_time_s,
+                request_timeout_s=min(3.0, cfg.matchmaking_time_s / 2), allreduce_timeout_s=cfg.allreduce_timeout_s)
+
+    def public_round(self, round_: int) -> bool:
+        return self.cfg.algorithm == "pubswap" and is_public_round(round_, self.cfg.pubswap.tau_swap)
+
+    def average_due(self, round_: int) -> bool:
+        return (round_ + 1) % self.cfg.tau == 0
+
+    def proximal(self):
+        """FedProx regularizer μ/2·Σ‖θ − θ_round‖² (a closure for train_step), or None."""
+        if self.cfg.algorithm != "fedprox" or self.cfg.prox_mu == 0:
+            return None
+        mu = self.cfg.prox_mu
+
+        def reg() -> torch.Tensor:
+            return 0.5 * mu * sum((t - a).pow(2).sum() for t, a in zip(self.tensors, self.anchor))
+
+        return reg
+
+    def average(self) -> dict:
+        """One averaging boundary: FedIT with whoever joins; metrics for the round's log line."""
+        weight = float(max(1, self.samples)) if self.cfg.weight_by_samples else 1.0
+        if self.averager is None:
+            out = {"avg_averaged": False, "avg_group_size": 1, "avg_bytes": 0, "avg_drift": None, "avg_s": 0.0,
+                   "avg_error": "no swarm"}
+        else:
+            res = self.averager.average(self.tensors, weight=weight, timeout=self.cfg.average_timeout_s)
+            out = {"avg_averaged": res.averaged, "avg_group_size": res.group_size, "avg_bytes": res.bytes,
+                   "avg_drift": res.drift, "avg_s": res.seconds, "avg_error": res.error}
+        out["avg_weight"] = weight
+        self.anchor = [t.detach().clone() for t in self.tensors]
+        self.samples = 0
+        return out
+
+    def close(self) -> None:
+        if self.averager is not None and hasattr(self.averager, "shutdown"):
+            self.averager.shutdown()
