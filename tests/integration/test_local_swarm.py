@@ -47,12 +47,18 @@ def test_three_nodes_train_on_each_others_groups(tmp_path):
 def test_ctrl_c_stops_every_process(tmp_path):
     proc = _swarm("local", "--nodes", "2", "--config", "examples/tiny-swarm.yaml", "--rounds", "1000",
                   "--out", str(tmp_path))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (tmp_path / "tiny-1" / "metrics.jsonl").is_file():
-        time.sleep(1)
-    assert (tmp_path / "tiny-1" / "metrics.jsonl").is_file(), "no node finished a round"
-    os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (tmp_path / "tiny-1" / "metrics.jsonl").is_file():
+            time.sleep(1)
+        assert (tmp_path / "tiny-1" / "metrics.jsonl").is_file(), "no node finished a round"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:  # on a failure, leave nothing running (the nodes are in their own sessions)
+        if proc.poll() is None:
+            subprocess.run(["pkill", "-9", "-f", str(tmp_path)], check=False)
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, out[-2000:]
     assert "interrupted" in out
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
