@@ -139,3 +139,42 @@ def test_a_killed_peer_does_not_block_the_others(swarm3):
     for res, ts in zip(results, tensors):
         assert res.averaged and res.group_size == 2, res
         assert torch.equal(ts[0], torch.full((6, 4), 2.0)) and torch.equal(ts[1], torch.full((5,), 1.0))
+
+
+def test_swarm_local_runs_the_pubswap_example_end_to_end(tmp_path):
+    """examples/federated/pubswap-balanced.yaml on 3 tiny-model clients: round 1 is a public step
+    (every client gathers the other two) and the τ = 2 boundary averages all three adapters, which
+    the checkpoint then holds as peft files."""
+    import json
+
+    sets = ["model.spec=tiny-qwen2", "federated.tau=2", "federated.matchmaking_time_s=4",
+            "generation.prompts_per_round=2", "generation.group_size=4", "generation.max_new_tokens=8",
+            "eval.every=0", "select.drop_zero_advantage=false", "swarm.gather_min_peers=2"]
+    cmd = [sys.executable, "-m", "node.cli", "local", "--nodes", "3", "--config",
+           "examples/federated/pubswap-balanced.yaml", "--rounds", "2", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd + [a for s in sets for a in ("--set", s)], capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for i in range(3):
+        log = (tmp_path / f"balanced-{i}" / "node.log").read_text()
+        assert "Dirichlet(α=0.3) split of 4 task families over 3 clients" in log
+        assert f"this node is client {i}" in log
+        rounds = [json.loads(line) for line in (tmp_path / f"balanced-{i}" / "metrics.jsonl").read_text().splitlines()]
+        private, public = rounds
+        assert private["public"] is False and private["wire_bytes"] == 0 and private["groups_received"] == 0
+        assert public["public"] is True and public["wire_bytes"] > 0
+        assert public["pubswap_peer_groups"] == 2 * 2  # 2 other clients × 2 public prompts
+        assert public["avg_averaged"] is True and public["avg_group_size"] == 3
+    # the averaged round was the last: the three checkpointed adapters are the same mean, and they are
+    # standard peft files
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    dirs = [tmp_path / f"balanced-{i}" / "checkpoints" / "round-00000001" / "adapter" for i in range(3)]
+    saved = [load_file(d / "adapter_model.safetensors") for d in dirs]
+    assert saved[0] and all(saved[0].keys() == s.keys() for s in saved)
+    for key in saved[0]:
+        assert all((s[key] - saved[0][key]).abs().max().item() <= TOL for s in saved), key
+    peft_model = PeftModel.from_pretrained(load_model(ModelConfig(spec="tiny-qwen2")).model, dirs[0])
+    loaded = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
+    assert len(loaded) == len(saved[0])

@@ -155,3 +155,17 @@ def test_without_a_swarm_averaging_is_reported_not_done(tmp_path):
         assert m["avg_averaged"] is False and m["avg_error"] == "no swarm" and m["avg_group_size"] == 1
     finally:
         node.close()
+
+
+@pytest.mark.parametrize("name,algorithm", [("fedavg", "fedavg"), ("fedprox", "fedprox"),
+                                            ("pubswap-balanced", "pubswap"), ("pubswap-random", "pubswap")])
+def test_federated_examples_are_four_client_lora_configs(name, algorithm):
+    from pathlib import Path
+
+    from node.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "federated" / f"{name}.yaml")
+    assert cfg.federated.algorithm == algorithm and cfg.federated.split.clients == 4
+    assert cfg.model.lora is not None and cfg.swarm.enabled and cfg.select.external_groups == 0
+    if algorithm == "pubswap":
+        assert cfg.federated.pubswap.rule == name.split("-")[1] and cfg.federated.pubswap.tau_swap == 2
