@@ -73,7 +73,8 @@ class FederatedConfig(BaseModel):
     pubswap: PubSwapConfig = Field(default_factory=PubSwapConfig)
     split: SplitConfig = Field(default_factory=SplitConfig)
     average_timeout_s: float = Field(60.0, gt=0, le=3600, description="Longest wait for averaging partners (matchmaking).")
-    matchmaking_time_s: float = Field(5.0, gt=0, le=600, description="Window in which peers gather into one group.")
+    matchmaking_time_s: float = Field(5.0, gt=0, le=600, description=(
+        "How long the first peer at a boundary waits for the others (the group starts at once when all clients joined)."))
     allreduce_timeout_s: float = Field(60.0, gt=0, le=3600, description="Bound on the all-reduce itself.")
     min_group_size: int = Field(2, ge=2, le=4096, description="Fewest peers (us included) worth averaging with.")
 
