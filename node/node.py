@@ -60,6 +60,8 @@ class Node:
         self.eval_before: float | None = None  # held-out accuracy before round 0
         if cfg.checkpoint.resume:
             self._resume()
+            if self.federated is not None:  # FedProx's θ_round: the restored adapter
+                self.federated.anchor = [t.detach().clone() for t in self.federated.tensors]
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_of(self, task) -> str:
