@@ -4,8 +4,8 @@ One engine serves the module (starting one costs ~1 min on 2 cores). The module'
 own copy: the weight-sync test trains it.
 
 Tolerance: vLLM's per-token sampling logprobs vs the HF scoring forward pass of the same float32
-weights, both log_softmax(logits / T): measured max |Δ| ≈ 5e-7 on this CPU; asserted ≤ 1e-4, the
-same bound as the HF backend's own test (tests/unit/test_node_train.py).
+weights, both log_softmax(logits / T): measured max |Δ| = 4.8e-7 (1.8e-6 after a weight sync) on
+this CPU; asserted ≤ 1e-4, the same bound as the HF backend's own test (tests/unit/test_node_train.py).
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ def test_sampling_logprobs_equal_the_hf_scoring_pass(lm, gen, temperature):
             assert c.token_ids[-1] == lm.tokenizer.eos_token_id
         else:
             assert len(c.token_ids) == 16
-    assert _max_abs_diff(lm.model, lm.tokenizer, prompts, res.groups, temperature) <= ATOL
+    diff = _max_abs_diff(lm.model, lm.tokenizer, prompts, res.groups, temperature)
+    print(f"T={temperature}: max |vLLM - scorer| = {diff:.2e} over {res.new_tokens} tokens")
+    assert diff <= ATOL
 
 
 def test_weight_sync_every_two_steps_changes_outputs_and_logprobs(lm, gen):
@@ -113,8 +115,12 @@ def test_weight_sync_every_two_steps_changes_outputs_and_logprobs(lm, gen):
             assert _max_abs_diff(lm.model, tok, prompts, res.groups, 1.0) > 100 * ATOL
 
     assert res.policy_version == 2
-    assert _max_abs_diff(lm.model, tok, prompts, res.groups, 1.0) <= ATOL
-    assert _max_abs_diff(before, tok, prompts, res.groups, 1.0) > 100 * ATOL
+    synced = _max_abs_diff(lm.model, tok, prompts, res.groups, 1.0)
+    stale = _max_abs_diff(before, tok, prompts, res.groups, 1.0)
+    print(f"after sync: max |Δ| vs new weights {synced:.2e}, vs old {stale:.2e}; "
+          f"target first-token share {share_before:.2f} -> {first_token_share(res):.2f}")
+    assert synced <= ATOL
+    assert stale > 100 * ATOL
     # 512-token vocab, random init: the target starts ~1/512 of completions before training
     assert share_before <= 0.1
     assert first_token_share(res) >= 0.5
