@@ -115,6 +115,8 @@ class Node:
                     self.cfg.name, restored.round, restored.policy_version)
 
     def close(self) -> None:
+        if hasattr(self.generator, "close"):  # the vLLM backend runs an engine process
+            self.generator.close()
         if self.federated is not None:
             self.federated.close()
         if self.transport is not None:

@@ -185,6 +185,8 @@ class VLLMGenerator:
         )
 
     def close(self) -> None:
+        """Stop vLLM's engine process now (it would otherwise linger until interpreter exit)."""
+        self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -72,5 +72,4 @@ def test_lora_node_rounds_sync_adapters_into_vllm(tmp_path):
         assert adapted <= ATOL
         assert base > 100 * ATOL
     finally:
-        node.generator.close()
         node.close()
