@@ -13,7 +13,8 @@ PubSwap every τ_swap-th round is a public step. Measured per run:
              partition, float32); public step = own bundle × (N − 1) peers that fetched it + the
              N − 1 bundles it fetched (from every node's logged bundle size)
 
-    python -m bench.federated                      # 4 clients, 20 rounds, τ = 5, τ_swap = 2
+    python -m bench.federated                      # 4 clients, 40 rounds, τ = 10, τ_swap = 2 (~5 min)
+    python -m bench.federated --rounds 20 --tau 5 --tag _tau5
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="lab-chain-sum")
     p.add_argument("--nodes", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--tau", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--tau", type=int, default=10)
     p.add_argument("--tau-swap", type=int, default=2)
     p.add_argument("--alpha", type=float, default=0.3)
     p.add_argument("--eval-size", type=int, default=128)
