@@ -113,6 +113,11 @@ def progress_line(m: dict[str, Any]) -> str:
         f"{m['tokens_per_s']:.0f} tok/s",
         f"round {m['round_s']:.1f}s",
     ]
+    if m.get("public"):
+        parts.append("public step")
+    if "avg_averaged" in m:  # federated averaging boundary
+        parts.append(f"averaged with {m['avg_group_size'] - 1} peers, drift {m['avg_drift']:.3f}"
+                     if m["avg_averaged"] else "averaging failed")
     drops = sum(m.get("drops", {}).values())
     if drops:
         parts.append(f"dropped {drops}")

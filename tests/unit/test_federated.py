@@ -169,3 +169,15 @@ def test_federated_examples_are_four_client_lora_configs(name, algorithm):
     assert cfg.model.lora is not None and cfg.swarm.enabled and cfg.select.external_groups == 0
     if algorithm == "pubswap":
         assert cfg.federated.pubswap.rule == name.split("-")[1] and cfg.federated.pubswap.tau_swap == 2
+
+
+def test_progress_line_reports_public_steps_and_averaging():
+    from node.metrics import progress_line
+
+    base = dict(node="n", round=3, reward_mean=0.1, accuracy=0.1, groups_local=2, groups_external=0,
+                tokens_per_s=5.0, round_s=1.0)
+    line = progress_line({**base, "public": True, "avg_averaged": True, "avg_group_size": 4, "avg_drift": 0.5})
+    assert line.endswith("| public step | averaged with 3 peers, drift 0.500")
+    assert progress_line({**base, "avg_averaged": False, "avg_group_size": 1, "avg_drift": None}).endswith(
+        "| averaging failed")
+    assert "averag" not in progress_line(base) and "public" not in progress_line(base)
