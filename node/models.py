@@ -114,7 +114,7 @@ _BUILTINS: dict[str, _Builtin] = {
     "lab-chain-sum": _Builtin(
         "Llama ~3M params warm-started on easy chain_sum to low accuracy (RL headroom); built in minutes",
         "node.lab_models:build_lab_chain_sum",
-        1,
+        2,  # v2: lab.json accuracy measured on 512 report items (same weights as v1)
     ),
 }
 
