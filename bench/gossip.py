@@ -81,7 +81,7 @@ def worker(args) -> None:
     from swarm.hivemind_transport import HivemindTransport
 
     # a swarm id per level: the bootstrap keeps earlier levels' announcements (of peers now gone)
-    cfg = SwarmConfig(enabled=True, swarm_id=f"gossip-{args.total}-{args.peers}", initial_peers=[args.initial_peer],
+    cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
                       poll_interval_s=args.poll,
                       startup_timeout_s=180, gather_timeout_s=args.period)
     log = {"publishes": [], "arrivals": [], "drops": {}}
@@ -130,6 +130,7 @@ def run_level(total: int, per_process: int, rounds: int, period: float, poll: fl
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
+    swarm_id = f"gossip-{total}-{per_process}-{int(time.time())}"
     for i in range(n_proc):
         k = min(per_process, total - i * per_process)
         out = os.path.join(tmp, f"w{i}.json")
@@ -137,7 +138,7 @@ def run_level(total: int, per_process: int, rounds: int, period: float, poll: fl
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "bench.gossip", "--worker", "--peers", str(k), "--total", str(total),
              "--initial-peer", maddr, "--rounds", str(rounds), "--period", str(period), "--poll", str(poll),
-             "--out", out], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+             "--swarm-id", swarm_id, "--out", out], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     level = {"peers": total, "processes": n_proc, "rounds": rounds, "period_s": period}
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("--peers", "--total"):
         ap.add_argument(name, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)
+    ap.add_argument("--swarm-id", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
