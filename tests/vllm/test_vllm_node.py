@@ -17,23 +17,12 @@ from node.config import load_config
 from node.loop import run
 from node.node import Node
 from node.scoring import TokenRow, score_rows
+from tests.vllm.test_vllm_backend import _max_abs_diff
 
 pytestmark = pytest.mark.vllm
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-solo.yaml"
 ATOL = 1e-4  # measured 9.5e-7 (vLLM's LoRA on CPU vs peft, float32); adapter effect 0.5
-
-
-def _max_abs_diff(model, tokenizer, prompts, groups, temperature) -> float:
-    rows, beh = [], []
-    for p, group in zip(prompts, groups):
-        prompt_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
-        for c in group:
-            rows.append(TokenRow(prompt_ids, list(c.token_ids)))
-            beh.append(torch.tensor(c.logprobs))
-    with torch.no_grad():
-        logp, _ = score_rows(model, rows, temperature, tokenizer.pad_token_id)  # [B*G, T]
-    return max(float((logp[i, : len(b)] - b).abs().max()) for i, b in enumerate(beh))
 
 
 def test_lora_node_rounds_sync_adapters_into_vllm(tmp_path):
