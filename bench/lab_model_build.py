@@ -18,10 +18,13 @@ from pathlib import Path
 
 import torch
 
-from node.generation import GenerationConfig, HFGenerator
-from node.lab_models import LAB_RECIPES
-from node.models import ModelConfig, fetch, load_model
-from node.tasks import DatasetSpec, TaskConfig, TaskSource, render_prompt
+from node.generation.config import GenerationConfig
+from node.generation.hf import HFGenerator
+from node.models.config import ModelConfig
+from node.models.lab import LAB_RECIPES
+from node.models.load import fetch, load_model
+from node.tasks.config import DatasetSpec, TaskConfig
+from node.tasks.source import TaskSource, render_prompt
 
 
 def round_generation_seconds(

@@ -30,8 +30,8 @@ import time
 import torch
 
 from node.config import load_config
-from node.loop import run
 from node.node import Node
+from node.runner import run
 
 EARLY, LATE = 5, 5  # rounds averaged at each end of the in-loop trend
 

@@ -1,4 +1,4 @@
-"""The framework's own overhead per round: node.loop.run_round vs raw generate + train_step.
+"""The framework's own overhead per round: node.round.loop.run_round vs raw generate + train_step.
 
 Two solo nodes are built from the same config and seed (so they start from the same weights and
 the same torch RNG state, each node keeping its own RNG state) and take turns, round by round, so
@@ -13,7 +13,7 @@ overhead = (framework − raw) / framework, per round, median over the timed rou
 round is a warm-up and is not counted). With identical seeds both nodes sample the same
 completions; the table says whether they did (`same_samples`), since a different sample length
 would change the generation time and not the overhead. Evaluation and checkpoints are off (they
-are periodic, optional work, not per-round overhead). DESIGN target: overhead < 10 %.
+are periodic, optional work, not per-round overhead). Target: overhead < 10 %.
 
     python -m bench.overhead [--model lab-chain-sum] [--rounds 5] [--prompts 16] [--group-size 8]
 """
@@ -29,12 +29,19 @@ from pathlib import Path
 
 import torch
 
-from bench.common import CHAIN_SUM, model_cached, set_threads, system_prompt_for, table, write_json
+from bench.common import (
+    CHAIN_SUM,
+    model_cached,
+    set_threads,
+    system_prompt_for,
+    table,
+    write_json,
+)
 from node.config import parse_config
-from node.groups import verify_group
-from node.loop import run_round
 from node.node import Node
-from node.train import build_rows, train_step
+from node.round.groups import verify_group
+from node.round.loop import run_round
+from node.round.train import build_rows, train_step
 
 
 def node_config(spec: str, args) -> dict:
@@ -93,8 +100,7 @@ def raw_round(node: Node, r: int) -> dict:
     train_rows = build_rows(selection.groups, node.tokenizer, node.prompt_of)
     t1 = time.perf_counter()
     step = train_step(node.model, node.optimizer, train_rows, node.loss_fn, cfg.train,
-                      temperature=g.temperature, pad_id=node.tokenizer.pad_token_id,
-                      token_weighted=getattr(cfg.loss, "norm", "seq") == "token")
+                      temperature=g.temperature, pad_id=node.tokenizer.pad_token_id)
     step_s = time.perf_counter() - t1
     if step.stepped:
         node.policy_version += 1

@@ -31,9 +31,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 import torch  # noqa: E402
 
 from bench.common import model_cached, set_threads, table, task_source, write_json  # noqa: E402
-from node.generation import GenerationConfig, HFGenerator, VLLMOptions  # noqa: E402
-from node.models import ModelConfig, load_model  # noqa: E402
-from node.tasks import render_prompt  # noqa: E402
+from node.generation.config import GenerationConfig, VLLMOptions  # noqa: E402
+from node.generation.hf import HFGenerator  # noqa: E402
+from node.models.config import ModelConfig  # noqa: E402
+from node.models.load import load_model  # noqa: E402
+from node.tasks.source import render_prompt  # noqa: E402
 
 
 def timed_round(gen, prompts: list[str], n: int, per_prompt: bool) -> tuple[int, float]:
@@ -45,7 +47,7 @@ def timed_round(gen, prompts: list[str], n: int, per_prompt: bool) -> tuple[int,
 
 
 def bench_model(spec: str, shapes: list[tuple[int, int]], args) -> dict:
-    from node.vllm_backend import VLLMGenerator
+    from node.generation.vllm import VLLMGenerator
 
     loaded = load_model(ModelConfig(spec=spec))
     source = task_source(spec)

@@ -1,4 +1,4 @@
-"""Bytes on the wire per generated token, for real rollouts of built-in models (DESIGN §4 target).
+"""Bytes on the wire per generated token, for real rollouts of built-in models (target: ≤ 4 B/token).
 
 For each model: a solo node samples B chain_sum prompts × G completions with its HF generator,
 verifies them and turns them into wire records (node.records.to_records) exactly as a round does;
@@ -7,7 +7,7 @@ float32 logprobs. Printed side by side:
 
   bundle B/token     compressed bundle bytes / generated tokens (text + ids + logprobs + prompt
                      + per-record metadata: everything a peer downloads)
-  vs 4 B target      DESIGN §4: ≤ 4 B/token, text included
+  vs 4 B target      the project target: ≤ 4 B/token, text included
   vs F-TIS 8 B       F-TIS ships ids (u32) + logprobs (f32) = 8 B/token with no text
   parts              each payload compressed alone (zstd, same level): text, ids, logprobs,
                      prompts, to show where the bytes go
@@ -31,20 +31,27 @@ import numpy as np
 import torch
 import zstandard
 
-from bench.common import CHAIN_SUM, model_cached, set_threads, system_prompt_for, table, write_json
+from bench.common import (
+    CHAIN_SUM,
+    model_cached,
+    set_threads,
+    system_prompt_for,
+    table,
+    write_json,
+)
 from protocols import codec
 from protocols.codec import decode_bundle, encode_bundle
 
-TARGET_B_PER_TOKEN = 4.0  # DESIGN §4
+TARGET_B_PER_TOKEN = 4.0  # the project target, text included
 FTIS_B_PER_TOKEN = 8.0  # F-TIS: u32 ids + f32 logprobs, no text
 
 
 def rollout_records(spec: str, prompts: int, group: int, max_new_tokens: int, seed: int):
     """One round's records from a solo node: (records, generated tokens, generation seconds)."""
     from node.config import parse_config
-    from node.groups import verify_group
     from node.node import Node
-    from node.records import to_records
+    from node.round.groups import verify_group
+    from node.round.records import to_records
 
     cfg = parse_config({
         "name": "wire-bench", "seed": seed, "model": {"spec": spec},

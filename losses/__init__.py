@@ -1,42 +1,57 @@
-"""Pure loss functions for the GRPO family (DESIGN §9): one module and one config class per family.
+"""Pure loss functions for the GRPO family: one module per family, one config class per loss.
 
     fn = build_loss("f-tis", g=5, reduction="mean")      # or build_loss_from_config(LossConfig)
     out = fn(LossInputs(...))                             # LossOutputs(loss, metrics)
 
 Names: grpo, pg (losses.grpo); nois, vis, tis, f-nois, f-vis, f-tis (losses.fis); gspo
-(losses.gspo); gepo (losses.gepo). Shared inputs, the tokenizer-agnostic behaviour view
-(DESIGN §7) and the metrics live in losses.base. Imports torch and pydantic only.
+(losses.gspo); gepo (losses.gepo). The config classes and the `LossConfig` union live in
+losses.config, which needs no torch (a node validates its YAML without importing it); the
+functions, the shared inputs, the tokenizer-agnostic behaviour view and the metrics live in
+losses.base and the family modules, and are imported here on first use.
 """
 
-from losses.base import LOG_RATIO_BOUND, BehaviourView, LossInputs, LossOutputs, behaviour_view
-from losses.fis import FISConfig
-from losses.gepo import GEPOConfig
-from losses.grpo import GRPOConfig, PGConfig
-from losses.gspo import GSPOConfig
-from losses.registry import (
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from losses.config import (
     LOSS_NAMES,
+    FISConfig,
+    GEPOConfig,
+    GRPOConfig,
+    GSPOConfig,
     LossConfig,
-    LossFn,
-    build_loss,
-    build_loss_from_config,
+    PGConfig,
     parse_loss_config,
 )
 
+_LAZY = {  # name → module: these need torch, so they load when first asked for
+    "LOG_RATIO_BOUND": "losses.base",
+    "BehaviourView": "losses.base",
+    "LossInputs": "losses.base",
+    "LossOutputs": "losses.base",
+    "behaviour_view": "losses.base",
+    "LossFn": "losses.registry",
+    "build_loss": "losses.registry",
+    "build_loss_from_config": "losses.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'losses' has no attribute {name!r}")
+
+
 __all__ = [
-    "LOG_RATIO_BOUND",
     "LOSS_NAMES",
-    "BehaviourView",
     "FISConfig",
     "GEPOConfig",
     "GRPOConfig",
     "GSPOConfig",
     "LossConfig",
-    "LossFn",
-    "LossInputs",
-    "LossOutputs",
     "PGConfig",
-    "behaviour_view",
-    "build_loss",
-    "build_loss_from_config",
     "parse_loss_config",
+    *_LAZY,
 ]

@@ -1,10 +1,10 @@
 """Shared pieces of every loss: inputs/outputs, the behaviour view, reductions, k3, metrics.
 
-Notation (DESIGN §9): sequence i of a batch of B rows, completion token t with mask m_{i,t};
+Notation (docs/ARCHITECTURE.md §7): sequence i of a batch of B rows, completion token t with mask m_{i,t};
 log π_θ = `logp` (grad), log μ = `logp_beh` (the policy that sampled the tokens: this node's own
 generator or a peer's), A_i = advantage, sg = stop-gradient, |y_i| = Σ_t m_{i,t}.
 
-Tokenizer-agnostic importance weighting (DESIGN §7, ours; no paper covers it). A row whose
+Tokenizer-agnostic importance weighting (docs/ARCHITECTURE.md §6, ours; no paper covers it). A row whose
 sender used another tokenizer (`beh_aligned` False) was re-tokenised by this node, so its
 per-token μ_t does not exist; only the sender's sequence log-probability
 log μ(y) = Σ_t log μ_t (`logp_beh_seq`) survives. For such a row, with T_recv = |y_i| in the
@@ -26,7 +26,7 @@ is understated (e^−20 + 19 instead of |x| − 1). Inputs are upcast to float32
 the mask are set to 0 *before* any exp, so padding (whatever it holds) yields neither NaN
 values nor NaN gradients; a row with no tokens contributes 0 to every loss.
 
-`logp_old` is not a factor of any formula in DESIGN §9: each takes one optimizer step per
+`logp_old` is not a factor of any formula in docs/ARCHITECTURE.md §7: each takes one optimizer step per
 batch, where π_old = sg(π_θ) in value. It is reported as `kl_old` (k3 of log π_old − log π_θ),
 which is ≈ 0 unless the scoring weights differ from the training weights.
 """
@@ -45,6 +45,19 @@ LOG_RATIO_BOUND = 20.0
 Norm = Literal["seq", "token", "dr"]
 
 
+@dataclass(frozen=True)
+class BatchTotals:
+    """Sizes of the whole optimizer step's batch, for a loss that sees one micro-batch of it.
+
+    Every loss divides by counts of the *whole* step (rows, tokens, rows × length), so the
+    micro-batch losses of one step add up exactly to the full-batch loss whatever the split.
+    """
+
+    rows: int  # B: completions in the step
+    tokens: int  # Σ_i |y_i| over the step
+    max_len: int  # longest completion of the step (Dr.GRPO's length when its max_len is unset)
+
+
 @dataclass
 class LossInputs:
     """One (micro-)batch of B completions padded to T tokens."""
@@ -53,12 +66,13 @@ class LossInputs:
     logp_old: Tensor  # [B, T] log π_θ_old at the start of the step (no grad)
     logp_beh: Tensor  # [B, T] log μ_t of the sampling policy; meaningful only where beh_aligned
     logp_beh_seq: Tensor  # [B] Σ_t log μ_t in the sender's own tokenization
-    beh_aligned: Tensor  # [B] bool: False when the sender's tokenizer differs (DESIGN §7)
+    beh_aligned: Tensor  # [B] bool: False when the sender's tokenizer differs (docs/ARCHITECTURE.md §6)
     mask: Tensor  # [B, T] float or bool; nonzero on completion tokens
     advantages: Tensor  # [B] A_i, computed locally within each prompt group
     group_ids: Tensor  # [B] long: rows with equal id answer the same prompt (one GRPO group)
     is_external: Tensor  # [B] bool: True for rollouts gathered from peers
     logp_ref: Tensor | None = None  # [B, T] reference-model log-probs (grpo's optional k3 KL)
+    totals: BatchTotals | None = None  # the whole step's sizes; None: this batch is the whole step
 
 
 @dataclass
@@ -80,6 +94,7 @@ class BehaviourView:
     seq_logp: Tensor  # [B] mean_t log π_θ (grad)
     seq_logq: Tensor  # [B] mean_t log μ (no grad); log μ(y) / T_recv for unaligned rows
     advantages: Tensor  # [B] float32
+    totals: BatchTotals  # the step's sizes every reduction divides by
 
 
 def validate_inputs(inputs: LossInputs) -> None:
@@ -158,6 +173,7 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
         seq_logp=seq_logp,
         seq_logq=seq_logq,
         advantages=inputs.advantages.detach().to(torch.float32),
+        totals=inputs.totals or BatchTotals(len(n_tokens), int(n_tokens.sum()), int(n_tokens.max())),
     )
 
 
@@ -181,20 +197,26 @@ def row_mean(x: Tensor, view: BehaviourView) -> Tensor:
 
 
 def reduce_tokens(x: Tensor, view: BehaviourView, norm: Norm, max_len: int | None = None) -> Tensor:
-    """Per-token loss [B, T] → scalar.
+    """Per-token loss [B, T] → this batch's share of the step's scalar loss.
 
-    seq:   (1/B) Σ_i (1/|y_i|) Σ_t x_{i,t}         (GRPO; F-TIS's (1/G) Σ_i (1/|a_i|) Σ_t)
-    token: Σ_{i,t} x_{i,t} / Σ_{i,t} m_{i,t}         (DAPO token mean)
-    dr:    Σ_{i,t} x_{i,t} / (B · max_len)            (Dr.GRPO; max_len = T when None)
+    With N rows, K tokens and longest completion L in the whole step (`view.totals`):
+    seq:   (1/N) Σ_i (1/|y_i|) Σ_t x_{i,t}         (GRPO; F-TIS's (1/G) Σ_i (1/|a_i|) Σ_t)
+    token: Σ_{i,t} x_{i,t} / K                       (DAPO token mean)
+    dr:    Σ_{i,t} x_{i,t} / (N · max_len)           (Dr.GRPO; max_len = L when None)
     """
-    B, T = x.shape
+    t = view.totals
     if norm == "seq":
-        return row_mean(x, view).sum() / B
+        return row_mean(x, view).sum() / t.rows
     if norm == "token":
-        return (x * view.m).sum() / view.m.sum().clamp(min=1.0)
+        return (x * view.m).sum() / max(t.tokens, 1)
     if norm == "dr":
-        return (x * view.m).sum() / (B * (max_len if max_len is not None else T))
+        return (x * view.m).sum() / (t.rows * (max_len if max_len is not None else max(t.max_len, 1)))
     raise ValueError(f"unknown normalisation {norm!r}; expected seq, token or dr")
+
+
+def reduce_rows(per_row: Tensor, view: BehaviourView) -> Tensor:
+    """Per-row loss [B] → this batch's share of (1/N) Σ_i loss_i over the step's N rows (empty rows: 0)."""
+    return (per_row * view.row_valid).sum() / view.totals.rows
 
 
 def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:

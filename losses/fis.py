@@ -24,7 +24,7 @@ Deliberate deviations:
   grpo's clip-higher when wanted.
 - The filter's D_i is computed with stop-gradient and applies to every row; the paper's
   setting only ever filters peers' rows in practice because this node's own rows have D ≈ 0.
-- For a row from a different tokenizer (DESIGN §7) r, w and k3 use the length-normalised
+- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r, w and k3 use the length-normalised
   sequence ratio on every token, so D_i(sum) = T_recv·k3 of that ratio.
 - clip_frac counts tokens whose gradient the clip removes (vis) or whose w was truncated at C
   (tis); R is never clipped since its value is 1.
@@ -32,11 +32,9 @@ Deliberate deviations:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
 from losses.base import (
@@ -50,58 +48,7 @@ from losses.base import (
     reduce_tokens,
     safe_exp,
 )
-
-FISName = Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"]
-
-
-@dataclass(frozen=True)
-class FISVariant:
-    ratio: Literal["self", "behaviour"]  # R = exp(logp − sg logp), or r against μ (vis)
-    truncate: bool  # multiply by w = sg(min(r, C))
-    filtered: bool  # negative-advantage filter
-
-
-VARIANTS: dict[str, FISVariant] = {
-    "nois": FISVariant("self", truncate=False, filtered=False),
-    "vis": FISVariant("behaviour", truncate=False, filtered=False),
-    "tis": FISVariant("self", truncate=True, filtered=False),
-    "f-nois": FISVariant("self", truncate=False, filtered=True),
-    "f-vis": FISVariant("behaviour", truncate=False, filtered=True),
-    "f-tis": FISVariant("self", truncate=True, filtered=True),
-}
-
-
-class FISConfig(BaseModel):
-    """One of nois / vis / tis / f-nois / f-vis / f-tis (F-TIS paper, Yao et al. 2025)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: FISName = Field(description="Which member of the family.")
-    eps_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip of the surrogate: 1 − eps_low.")
-    eps_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip of the surrogate: 1 + eps_high.")
-    C: float = Field(
-        2.0, ge=1.0, le=1e4, description="Truncation of w = min(π_θ/μ, C) (tis, f-tis only)."
-    )
-    g: float = Field(
-        50.0,
-        ge=0.0,
-        le=1e9,
-        description="KL threshold of the negative-advantage filter (f-* only). Paper: 50 with "
-        "reduction=sum; the co-authors' code: 5 with reduction=mean.",
-    )
-    reduction: Literal["sum", "mean"] = Field(
-        "sum", description="How the filter's D_i reduces the per-token k3 over a sequence (f-* only)."
-    )
-
-    @model_validator(mode="after")
-    def _knobs_belong_to_name(self) -> "FISConfig":
-        variant = VARIANTS[self.name]
-        if not variant.filtered:
-            stray = sorted({"g", "reduction"} & self.model_fields_set)
-            if stray:
-                raise ValueError(f"{', '.join(stray)} only applies to f-nois, f-vis, f-tis, not {self.name}")
-        if not variant.truncate and "C" in self.model_fields_set:
-            raise ValueError(f"C only applies to tis and f-tis, not {self.name}")
-        return self
+from losses.config import VARIANTS, FISConfig
 
 
 def sequence_kl(view: BehaviourView, reduction: Literal["sum", "mean"]) -> Tensor:

@@ -27,16 +27,13 @@ Deliberate deviations:
   prompt group (`group_ids`), as its eq. 11 defines, so a micro-batch must hold whole groups.
 - ε_d is a fixed knob (the paper sets it ∝ Var(q) by an unspecified heuristic).
 - β defaults to 0 (the paper uses 0 online and 0.005 under delay).
-- Rows from a different tokenizer use mean_t log μ := log μ(y)/T_recv (DESIGN §7). Rows
+- Rows from a different tokenizer use mean_t log μ := log μ(y)/T_recv (docs/ARCHITECTURE.md §6). Rows
   without tokens are left out of their group's sums and contribute 0.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from losses.base import (
@@ -47,28 +44,11 @@ from losses.base import (
     k3,
     log_or_neg_inf,
     loss_metrics,
+    reduce_rows,
     row_mean,
     safe_exp,
 )
-
-
-class GEPOConfig(BaseModel):
-    """GEPO: sequence weight p_i over the group expectation of q, optional defensive mix and KL."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Literal["gepo"] = Field("gepo", description="Loss name.")
-    eps_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip: w ≥ 1 − eps_low.")
-    eps_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip: w ≤ 1 + eps_high.")
-    eps_defensive: float = Field(
-        0.0,
-        ge=0.0,
-        le=1.0,
-        description="Defensive-sampling ε_d (eq. 15): weight of sg(p_i) in the denominator; "
-        "0 = plain GEPO, 1 = policy gradient.",
-    )
-    beta: float = Field(
-        0.0, ge=0.0, le=10.0, description="CPPO-KL weight to the behaviour policy (paper: 0.005 under delay)."
-    )
+from losses.config import GEPOConfig
 
 
 def group_logsumexp(x: Tensor, group_ids: Tensor, include: Tensor) -> Tensor:
@@ -109,9 +89,8 @@ def gepo_loss(inputs: LossInputs, cfg: GEPOConfig) -> LossOutputs:
     log_w = gepo_log_weight(view.seq_logp, view.seq_logq, inputs.group_ids, view.row_valid, cfg.eps_defensive)
     w = safe_exp(log_w)  # [B]
     per_row, clipped = clipped_surrogate(w, view.advantages, cfg.eps_low, cfg.eps_high)  # [B]
-    B = per_row.shape[0]
-    loss = (per_row * view.row_valid).sum() / B
+    loss = reduce_rows(per_row, view)
     if cfg.beta > 0:
         kl = row_mean(k3(-view.log_ratio), view)  # [B] (1/|y_i|) Σ_t k3, grad through log π_θ
-        loss = loss + cfg.beta * kl.sum() / B
+        loss = loss + cfg.beta * kl.sum() / view.totals.rows
     return LossOutputs(loss, loss_metrics(inputs, view, w, view.row_valid, clipped))

@@ -16,19 +16,16 @@ pg (DASH, dash paper §3.2): ℓ_{i,t} = −log π_θ(y_t)·A_i. With one optimi
 Deliberate deviations:
 - The ratio is taken against the behaviour policy μ (the sampler's logprobs), not against
   π_old: every loss here takes one optimizer step per batch, so π_old = sg(π_θ) and the only
-  off-policy gap is the sampler's (DESIGN §9).
+  off-policy gap is the sampler's (docs/ARCHITECTURE.md §7).
 - Rows from a different tokenizer use the length-normalised sequence ratio on every token
-  (DESIGN §7, losses.base).
+  (docs/ARCHITECTURE.md §6, losses.base).
 - pg's IS weight is 1 on every token (it applies none); its metrics report that, and `kl_beh`
   still shows how far μ is from π_θ.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from losses.base import (
     LossInputs,
@@ -41,47 +38,7 @@ from losses.base import (
     reduce_tokens,
     safe_exp,
 )
-
-NormField = Field(
-    "seq",
-    description="seq: mean over each sequence's tokens, then over sequences (GRPO); "
-    "token: mean over all tokens of the batch (DAPO); dr: token sum / (B·max_len) (Dr.GRPO).",
-)
-MaxLenField = Field(
-    None,
-    ge=1,
-    le=1_000_000,
-    description="Dr.GRPO denominator length (the generation budget, e.g. max_new_tokens); "
-    "None uses the padded batch length T. Only read when norm = dr.",
-)
-
-
-class GRPOConfig(BaseModel):
-    """GRPO with a token-level ratio against the behaviour policy, clip-higher and optional k3 KL."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Literal["grpo"] = Field("grpo", description="Loss name.")
-    eps_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip: r ≥ 1 − eps_low.")
-    eps_high: float = Field(
-        0.28, ge=0.0, le=10.0, description="Upper clip: r ≤ 1 + eps_high (DAPO clip-higher 0.28)."
-    )
-    norm: Literal["seq", "token", "dr"] = NormField
-    max_len: int | None = MaxLenField
-    beta: float = Field(
-        0.0,
-        ge=0.0,
-        le=10.0,
-        description="Weight of the k3 KL to the reference policy (needs LossInputs.logp_ref); 0 = off.",
-    )
-
-
-class PGConfig(BaseModel):
-    """Plain policy gradient −log π_θ·A (DASH)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Literal["pg"] = Field("pg", description="Loss name.")
-    norm: Literal["seq", "token", "dr"] = NormField
-    max_len: int | None = MaxLenField
+from losses.config import GRPOConfig, PGConfig
 
 
 def grpo_loss(inputs: LossInputs, cfg: GRPOConfig) -> LossOutputs:

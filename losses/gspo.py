@@ -11,16 +11,12 @@ far-off-policy rollouts of heterogeneous peers most rows fall outside that range
 gradient; widen eps_low / eps_high (e.g. 0.2) for such swarms.
 
 Deliberate deviations:
-- The ratio is against the behaviour policy μ (one optimizer step per batch, DESIGN §9).
-- Rows from a different tokenizer use mean_t log μ := log μ(y)/T_recv (DESIGN §7).
+- The ratio is against the behaviour policy μ (one optimizer step per batch, docs/ARCHITECTURE.md §7).
+- Rows from a different tokenizer use mean_t log μ := log μ(y)/T_recv (docs/ARCHITECTURE.md §6).
 - A row without tokens contributes 0 (it has no ratio); the mean still divides by B.
 """
 
 from __future__ import annotations
-
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from losses.base import (
     LossInputs,
@@ -28,18 +24,11 @@ from losses.base import (
     behaviour_view,
     clipped_surrogate,
     loss_metrics,
+    reduce_rows,
     row_mean,
     safe_exp,
 )
-
-
-class GSPOConfig(BaseModel):
-    """GSPO: sequence-level clipped ratio (length-normalised)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: Literal["gspo"] = Field("gspo", description="Loss name.")
-    eps_low: float = Field(3e-4, ge=0.0, le=1.0, description="Lower clip: s ≥ 1 − eps_low (GSPO: 3e-4).")
-    eps_high: float = Field(4e-4, ge=0.0, le=10.0, description="Upper clip: s ≤ 1 + eps_high (GSPO: 4e-4).")
+from losses.config import GSPOConfig
 
 
 def gspo_loss(inputs: LossInputs, cfg: GSPOConfig) -> LossOutputs:
@@ -47,6 +36,5 @@ def gspo_loss(inputs: LossInputs, cfg: GSPOConfig) -> LossOutputs:
     view = behaviour_view(inputs)
     s = safe_exp(row_mean(view.log_ratio, view))  # [B]
     per_row, clipped = clipped_surrogate(s, view.advantages, cfg.eps_low, cfg.eps_high)  # [B]
-    B = per_row.shape[0]
-    loss = (per_row * view.row_valid).sum() / B
+    loss = reduce_rows(per_row, view)
     return LossOutputs(loss, loss_metrics(inputs, view, s, view.row_valid, clipped))

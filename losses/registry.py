@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Union
+from typing import Any
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
 from losses.base import LossInputs, LossOutputs
-from losses.fis import FISConfig, fis_loss
-from losses.gepo import GEPOConfig, gepo_loss
-from losses.grpo import GRPOConfig, PGConfig, grpo_loss, pg_loss
-from losses.gspo import GSPOConfig, gspo_loss
+from losses.config import CONFIG_CLASSES, LOSS_NAMES, parse_loss_config
+from losses.fis import fis_loss
+from losses.gepo import gepo_loss
+from losses.grpo import grpo_loss, pg_loss
+from losses.gspo import gspo_loss
 
 LossFn = Callable[[LossInputs], LossOutputs]
 
@@ -34,34 +35,7 @@ LOSS_FUNCTIONS: dict[str, Callable[[LossInputs, Any], LossOutputs]] = {
     "gspo": gspo_loss,
     "gepo": gepo_loss,
 }
-LOSS_NAMES: tuple[str, ...] = tuple(LOSS_FUNCTIONS)
-
-CONFIG_CLASSES = (GRPOConfig, PGConfig, FISConfig, GSPOConfig, GEPOConfig)
-LossConfig = Annotated[Union[CONFIG_CLASSES], Field(discriminator="name")]
-_ADAPTER: TypeAdapter = TypeAdapter(LossConfig)
-
-
-def parse_loss_config(name: str, **cfg: Any) -> BaseModel:
-    """Validate `cfg` for loss `name`; ValueError naming the loss and the offending field."""
-    if name not in LOSS_FUNCTIONS:
-        raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(LOSS_NAMES)}")
-    try:
-        return _ADAPTER.validate_python({**cfg, "name": name})
-    except ValidationError as e:
-        raise ValueError(f"invalid config for loss {name!r}: {_describe(e)}") from None
-
-
-def _describe(e: ValidationError) -> str:
-    """One line per error: `field: message (got value)`; the union tag is dropped from the path."""
-    parts = []
-    for err in e.errors():
-        loc = [str(x) for x in err["loc"][1:]]  # loc[0] is the discriminator tag
-        where = ".".join(loc) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        got = f" (got {err['input']!r})" if loc else ""
-        parts.append(f"{where}: {msg}{got}")
-    return "; ".join(parts)
-
+assert set(LOSS_FUNCTIONS) == set(LOSS_NAMES), "every config name needs a function"
 
 def build_loss(name: str, **cfg: Any) -> LossFn:
     """`fn(inputs) -> LossOutputs` for loss `name` with keyword config (ValueError if invalid)."""

@@ -24,19 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file
 
 PREFIX = "round-"
-
-
-class CheckpointConfig(BaseModel):
-    """When and how many checkpoints are kept."""
-
-    model_config = ConfigDict(extra="forbid")
-    every: int = Field(1, ge=1, le=1_000_000, description="Checkpoint every this many rounds.")
-    keep: int = Field(2, ge=1, le=1000, description="Newest checkpoints kept on disk.")
-    resume: bool = Field(True, description="Resume from the newest checkpoint in --out.")
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """The node's whole configuration: one pydantic model per concern, assembled here, read from YAML.
 
-Every component owns its config class next to its code (generation → GenerationConfig, loss →
-losses.LossConfig, …); this module only assembles them. A bad file gets one line naming the
-field: `config error in examples/x.yaml: train.lr: Input should be greater than 0`.
+Every subsystem owns its config classes in its own torch-free `config` module (node.generation.config
+→ GenerationConfig, losses.config → the LossConfig union, …); this module assembles them and holds
+the two small ones of node-level modules (checkpoints, held-out evaluation). Importing it pulls in
+neither torch nor reasoning-gym, so `swarm config show` and the CLI start fast. A bad file gets one
+line naming the field: `config error in examples/x.yaml: train.lr: Input should be greater than 0`.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from losses import GRPOConfig, LossConfig
-from node.checkpoint import CheckpointConfig
-from node.federated import FederatedConfig
-from node.generation import GenerationConfig
-from node.ingest import IngestConfig
+from losses.config import GRPOConfig, LossConfig
+from node.federated.config import FederatedConfig
+from node.generation.config import GenerationConfig
 from node.metrics import MetricsConfig
-from node.models import ModelConfig
-from node.select import SelectConfig
-from node.tasks import TaskConfig
-from node.train import TrainConfig
+from node.models.config import ModelConfig
+from node.round.config import IngestConfig, SelectConfig, TrainConfig
+from node.tasks.config import TaskConfig
 from swarm.config import SwarmConfig
+
+
+class CheckpointConfig(BaseModel):
+    """When and how many checkpoints are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: int = Field(1, ge=1, le=1_000_000, description="Checkpoint every this many rounds.")
+    keep: int = Field(2, ge=1, le=1000, description="Newest checkpoints kept on disk.")
+    resume: bool = Field(True, description="Resume from the newest checkpoint in --out.")
 
 
 class EvalConfig(BaseModel):

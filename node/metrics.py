@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 

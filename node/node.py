@@ -1,7 +1,9 @@
 """A node's parts, built from its config: model, tasks, generator, loss, selector, transport, logs.
 
 `Node` holds state across rounds (weights, optimizer, round counter, policy version, the pool of
-external groups); `node.loop.run_round()` is the round itself.
+external groups); its `mode` picks the round function (node.runner): `node.round.loop.run_round()`
+for a node that samples, shares and trains, `node.federated.round.run_federated_round()` in
+federated mode.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import torch
 from losses import build_loss_from_config
 from node import checkpoint
 from node.config import NodeConfig
-from node.federated import Federated, FederatedTasks
-from node.generation import build_generator
+from node.federated.mode import Federated, FederatedTasks
+from node.generation.base import build_generator
 from node.metrics import MetricsLog
-from node.models import load_model
-from node.select import SapoSelector
-from node.tasks import TaskSource, render_prompt
-from node.train import build_optimizer
+from node.models.load import load_model
+from node.round.select import SapoSelector
+from node.round.train import build_optimizer
+from node.tasks.source import TaskSource, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,11 @@ class Node:
             self._resume()
             if self.federated is not None:  # FedProx's θ_round: the restored adapter
                 self.federated.anchor = [t.detach().clone() for t in self.federated.tensors]
+
+    @property
+    def mode(self) -> str:
+        """Which round function runs this node (node.runner.ROUND_FUNCTIONS)."""
+        return "federated" if self.federated is not None else "sapo"
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_of(self, task) -> str:

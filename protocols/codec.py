@@ -30,8 +30,16 @@ import msgpack
 import numpy as np
 import zstandard
 
-from protocols.records import (FINISH_REASONS, SCHEMA_VERSION, Announcement, Completion, ModelInfo,
-                               RolloutRecord, SamplingInfo, TaskRef)
+from protocols.records import (
+    FINISH_REASONS,
+    SCHEMA_VERSION,
+    Announcement,
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 
 ZSTD_LEVEL = 10  # level 19 saves 2–5 % on real bundles at 20–50× the CPU (bench/wire_bytes.py)
 _READ_CHUNK = 1 << 20

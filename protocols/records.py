@@ -1,12 +1,12 @@
-"""Wire records: what one node tells the swarm about one prompt group (DESIGN §4, docs/PROTOCOL.md).
+"""Wire records: what one node tells the swarm about one prompt group (docs/PROTOCOL.md).
 
 Plain frozen dataclasses with no behaviour beyond construction, so they can cross any boundary.
 Encoding, decoding and every validation of untrusted input live in ``protocols.codec``.
 
 Two families of numbers never mix: ``Completion.logprobs`` are the *sender's* sampling
 log-probabilities log μ(y_t | x, y_<t) of the temperature-scaled distribution it sampled from
-(DESIGN §7); a receiver's own scores π_θ / π_old are computed locally and never put on the wire.
-``Completion.reward_claimed`` is informational only: receivers recompute rewards (DESIGN §5).
+(docs/ARCHITECTURE.md §6); a receiver's own scores π_θ / π_old are computed locally and never put on the wire.
+``Completion.reward_claimed`` is informational only: receivers recompute rewards (docs/ARCHITECTURE.md §4).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Decentralized adapter averaging: FedIT (PubSwap eq. 4) without a server, on hivemind's
-`DecentralizedAverager` (DESIGN §8).
+`DecentralizedAverager` (docs/ARCHITECTURE.md §8).
 
     θ ← Σ_n w_n θ_n / Σ_n w_n   for every adapter tensor separately (A and B on their own: FedIT),
 

@@ -1,4 +1,4 @@
-"""A DHT-only bootstrap peer (`swarm bootstrap`) and the error a node raises when it cannot join.
+"""A DHT-only bootstrap peer (`swarm bootstrap`).
 
 A bootstrap peer stores nothing of its own; it is the first address newcomers dial, and then an
 ordinary DHT member that holds replicas of announcements. It runs the same
@@ -13,17 +13,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from hivemind import DHT
-from hivemind.dht.crypto import RSASignatureValidator
 
-
-class BootstrapUnreachable(RuntimeError):
-    """None of the initial peers answered within the startup timeout (message: one line)."""
-
-    @classmethod
-    def for_peers(cls, peers: Sequence[str], timeout_s: float) -> BootstrapUnreachable:
-        return cls(f"none of the initial peers answered within {timeout_s:g} s: {', '.join(peers)}; "
-                   "check the addresses (copy one line printed by `swarm bootstrap`) and that the peer is running, "
-                   "or start one with `swarm bootstrap`")
+from swarm.config import SwarmConfig
+from swarm.dht import start_swarm_dht
 
 
 def start_bootstrap(*, host_maddrs: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",), announce_maddrs: Sequence[str] = (),
@@ -34,26 +26,10 @@ def start_bootstrap(*, host_maddrs: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",), a
     ``swarm_id`` only labels the peer in logs: DHT keys carry the swarm id, so one bootstrap
     peer can serve several swarms.
     """
-    from swarm.config import SwarmConfig
-    from swarm.hivemind_transport import start_dht
-    from swarm.identity import ephemeral_identity, load_or_create_identity
-
     cfg = SwarmConfig(enabled=True, swarm_id=swarm_id, initial_peers=list(initial_peers),
                       host_maddrs=list(host_maddrs), announce_maddrs=list(announce_maddrs),
                       identity_path=identity_path, startup_timeout_s=startup_timeout_s)
-    if identity_path is not None:
-        key, _ = load_or_create_identity(identity_path)
-        path, tmp = identity_path, None
-    else:
-        key, tmp = ephemeral_identity()
-        path = str(tmp)
-    try:
-        dht = start_dht(cfg=cfg, identity_path=path, validator=RSASignatureValidator(key),
-                        fresh_identity=tmp is not None)
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-            tmp.parent.rmdir()
+    dht, _, _ = start_swarm_dht(cfg)
     return dht, [str(a) for a in dht.get_visible_maddrs()]
 
 

@@ -49,7 +49,7 @@ class CapsConfig(BaseModel):
 
 
 class SwarmConfig(BaseModel):
-    """How this node talks to the swarm: DHT announcements + P2P bundle streams (DESIGN §6)."""
+    """How this node talks to the swarm: DHT announcements + P2P bundle streams (docs/ARCHITECTURE.md §5)."""
 
     model_config = ConfigDict(extra="forbid")
 

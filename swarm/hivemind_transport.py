@@ -1,4 +1,4 @@
-"""The swarm transport on hivemind: signed DHT announcements + bundle bytes over libp2p streams (DESIGN §6).
+"""The swarm transport on hivemind: signed DHT announcements + bundle bytes over libp2p streams (docs/ARCHITECTURE.md §5).
 
     publish(r, records):  bundle = encode_bundle(records); keep it in memory (last `serve_rounds`
                           rounds); DHT.store(key="{swarm}/rollouts/{r}", subkey="[owner:<our RSA key>]",
@@ -28,23 +28,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import threading
 import time
 from collections import Counter
 from functools import partial
 
 from hivemind import DHT
-from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 
 from protocols.records import RolloutRecord
 from swarm import wire
-from swarm.bootstrap import BootstrapUnreachable
 from swarm.config import SwarmConfig
-from swarm.identity import ephemeral_identity, load_or_create_identity, peer_id_of_key, peer_id_of_subkey
-from swarm.transport import GatherResult, Inbox, Limits, make_bundle, process_announcement, rollouts_key, settle_fetched
+from swarm.dht import start_swarm_dht
+from swarm.identity import peer_id_of_key, peer_id_of_subkey
+from swarm.transport import (
+    GatherResult,
+    Inbox,
+    Limits,
+    make_bundle,
+    process_announcement,
+    rollouts_key,
+    settle_fetched,
+)
 
 log = logging.getLogger(__name__)
 _BACKGROUND_EVERY = 4  # watched rounds no gather is waiting on are polled every 4th tick
@@ -52,20 +58,6 @@ _BACKGROUND_EVERY = 4  # watched rounds no gather is waiting on are polled every
 
 class SwarmError(RuntimeError):
     """This node's own transport failed (not a peer's fault), e.g. used after shutdown."""
-
-
-def start_dht(*, cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidator, fresh_identity: bool) -> DHT:
-    """A started DHT peer, or BootstrapUnreachable when initial peers were given but none answered."""
-    try:
-        return DHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
-                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
-                   identity_path=identity_path, startup_timeout=cfg.startup_timeout_s,
-                   bootstrap_timeout=cfg.startup_timeout_s, record_validators=[validator],
-                   check_if_identity_free=not fresh_identity)
-    except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
-        if cfg.initial_peers and ("bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))):
-            raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None
-        raise
 
 
 class HivemindTransport:
@@ -91,20 +83,8 @@ class HivemindTransport:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        if self.cfg.identity_path is not None:
-            key, _ = load_or_create_identity(self.cfg.identity_path)
-            path, tmp_dir = self.cfg.identity_path, None
-        else:
-            key, tmp = ephemeral_identity()
-            path, tmp_dir = str(tmp), tmp.parent
-        self._validator = RSASignatureValidator(key)
+        self._dht, key, self._validator = start_swarm_dht(self.cfg)
         self.peer_id = peer_id_of_key(key)
-        try:
-            self._dht = start_dht(cfg=self.cfg, identity_path=path, validator=self._validator,
-                                  fresh_identity=tmp_dir is not None)
-        finally:
-            if tmp_dir is not None:
-                shutil.rmtree(tmp_dir, ignore_errors=True)  # p2pd has read it (or failed)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
         self._thread.start()

@@ -1,7 +1,7 @@
 """Process plumbing for a local multi-node swarm on 127.0.0.1 (`swarm local`).
 
 One bootstrap process (``swarm bootstrap`` on loopback), then one ``swarm node`` process per node,
-each with its own log file. This module knows nothing about models or metrics: ``node/local.py``
+each with its own log file. This module knows nothing about models or metrics: ``node/cli/local.py``
 decides what each node runs and what the user sees. Ctrl-C (or any error) stops every child:
 SIGINT first so nodes finish their checkpoint writes, SIGKILL after a grace period.
 """

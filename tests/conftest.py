@@ -12,13 +12,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def tiny_qwen():
-    from node.models import ModelConfig, load_model
+    from node.models.config import ModelConfig
+    from node.models.load import load_model
 
     return load_model(ModelConfig(spec="tiny-qwen2"))
 
 
 @pytest.fixture(scope="session")
 def tiny_llama():
-    from node.models import ModelConfig, load_model
+    from node.models.config import ModelConfig
+    from node.models.load import load_model
 
     return load_model(ModelConfig(spec="tiny-llama"))

@@ -20,29 +20,12 @@ import time
 import pytest
 import torch
 
-from node.models import LoraSpec, ModelConfig, load_model
+from node.models.config import LoraSpec, ModelConfig
+from node.models.load import load_model
 from swarm.averaging import AdapterAverager
-from swarm.bootstrap import start_bootstrap
-from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
 
 pytestmark = pytest.mark.integration
 TOL = 1e-6
-
-
-@pytest.fixture(scope="module")
-def swarm3():
-    boot, maddrs = start_bootstrap(startup_timeout_s=60)
-    peers = []
-    try:
-        for _ in range(3):
-            peers.append(HivemindTransport(cfg=SwarmConfig(enabled=True, initial_peers=maddrs[:1],
-                                                           startup_timeout_s=60, dht_timeout_s=5)))
-        yield maddrs, peers
-    finally:
-        for p in peers:
-            p.shutdown()
-        boot.shutdown()
 
 
 def adapter(model) -> list[torch.Tensor]:

@@ -14,11 +14,19 @@ from pathlib import Path
 import pytest
 
 from protocols.codec import encode_announcement, encode_bundle, sha256_hex
-from protocols.records import Announcement, Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
-from swarm.bootstrap import BootstrapUnreachable, start_bootstrap
+from protocols.records import (
+    Announcement,
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.config import SwarmConfig
+from swarm.dht import BootstrapUnreachable
 from swarm.hivemind_transport import HivemindTransport
 from swarm.identity import load_or_create_identity, peer_id_of_key
+from tests.integration.conftest import peer_config
 
 pytestmark = pytest.mark.integration
 FP = "ef" * 32
@@ -35,23 +43,11 @@ def _record(peer: str, round_: int, index: int = 0, *, swarm: str = "rlswarm", c
         completions=completions)
 
 
+SWARM3_CONFIG = {"poll_interval_s": 0.2, "fetch_timeout_s": 5}  # the conftest's swarm3 peers
+
+
 def _cfg(initial_peers: list[str], **kw) -> SwarmConfig:
-    return SwarmConfig(enabled=True, initial_peers=initial_peers, poll_interval_s=0.2, startup_timeout_s=60,
-                       dht_timeout_s=5, fetch_timeout_s=5, **kw)
-
-
-@pytest.fixture(scope="module")
-def swarm3():
-    boot, maddrs = start_bootstrap(startup_timeout_s=60)
-    peers = []
-    try:
-        for _ in range(3):
-            peers.append(HivemindTransport(cfg=_cfg(maddrs[:1])))
-        yield maddrs, peers
-    finally:
-        for p in peers:
-            p.shutdown()
-        boot.shutdown()
+    return peer_config(initial_peers, **{**SWARM3_CONFIG, **kw})
 
 
 def _rogue_publish(rogue: HivemindTransport, round_: int, data: bytes, **overrides) -> None:

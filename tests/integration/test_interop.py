@@ -130,7 +130,13 @@ class ThirdPartyClient:
 
 # ---------------------------------------------------------------- harness: a real HivemindTransport
 
-from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef  # noqa: E402
+from protocols.records import (  # noqa: E402
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.config import SwarmConfig  # noqa: E402
 from swarm.hivemind_transport import HivemindTransport  # noqa: E402
 

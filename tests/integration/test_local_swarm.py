@@ -69,7 +69,7 @@ def test_ctrl_c_stops_every_process(tmp_path):
 
 
 def test_two_tokenizers_exchange_groups(tmp_path):
-    """Heterogeneous pairing (DESIGN §7): tiny-qwen2 and tiny-llama re-tokenise each other's text."""
+    """Heterogeneous pairing (docs/ARCHITECTURE.md §6): tiny-qwen2 and tiny-llama re-tokenise each other's text."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "examples" / "tiny-swarm.yaml").read_text())

@@ -1,4 +1,4 @@
-"""lab-* built-ins: the offline SFT warm start lands in the target accuracy band (node.lab_models).
+"""lab-* built-ins: the offline SFT warm start lands in the target accuracy band (node.models.lab).
 
 Each build takes about 4 minutes on 2 quiet CPU cores (12 under heavy load); the time is recorded in lab.json, not asserted (speed belongs in bench/). The model is then re-measured as a node would
 use it: loaded through `load_model`, prompted with `TaskSource`'s own held-out stream.
@@ -10,9 +10,11 @@ import json
 
 import pytest
 
-from node.lab_models import LAB_RECIPES, evaluate
-from node.models import BUILTIN_MODELS, ModelConfig, fetch, load_model
-from node.tasks import DatasetSpec, TaskConfig, TaskSource
+from node.models.config import ModelConfig
+from node.models.lab import LAB_RECIPES, evaluate
+from node.models.load import BUILTIN_MODELS, fetch, load_model
+from node.tasks.config import DatasetSpec, TaskConfig
+from node.tasks.source import TaskSource
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The learning test (DESIGN §12): RL on the lab model raises its sampled accuracy on fresh items.
+"""The learning test (docs/ARCHITECTURE.md §11): RL on the lab model raises its sampled accuracy on fresh items.
 
 `lab-chain-sum` starts at ≈ 15–20 % sampled accuracy (greedy ≈ 31 %, so sharpening alone has
 headroom). One node of examples/lab-solo.yaml (GRPO token-mean, B = 8 prompts × G = 16, lr 5e-5)

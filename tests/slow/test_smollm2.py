@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from node.models import LoraSpec, ModelConfig, fetch, load_model, tokenizer_fingerprint
+from node.models.config import LoraSpec, ModelConfig
+from node.models.load import fetch, load_model, tokenizer_fingerprint
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,8 @@ import random
 import torch
 
 from node import checkpoint
-from node.models import LoraSpec, ModelConfig, load_model
+from node.models.config import LoraSpec, ModelConfig
+from node.models.load import load_model
 
 
 def _step(model, opt):

@@ -17,11 +17,29 @@ import numpy as np
 import pytest
 import zstandard
 
-from protocols.codec import (DEFAULT_CAPS, Caps, RecordError, decode_announcement, decode_bundle, decode_record,
-                             encode_announcement, encode_bundle, encode_record, record_from_wire, record_to_wire,
-                             sha256_hex)
-from protocols.records import (SCHEMA_VERSION, Announcement, Completion, ModelInfo, RolloutRecord, SamplingInfo,
-                               TaskRef)
+from protocols.codec import (
+    DEFAULT_CAPS,
+    Caps,
+    RecordError,
+    decode_announcement,
+    decode_bundle,
+    decode_record,
+    encode_announcement,
+    encode_bundle,
+    encode_record,
+    record_from_wire,
+    record_to_wire,
+    sha256_hex,
+)
+from protocols.records import (
+    SCHEMA_VERSION,
+    Announcement,
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 
 FP = "ab" * 32  # a 64-char lowercase hex tokenizer fingerprint
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from node.config import ConfigError, parse_config
-from node.federated import Federated, FederatedConfig, FederatedTasks, SplitConfig, build_public_groups
-from node.groups import Group, advantages
-from node.tasks import DatasetSpec, TaskConfig
+from node.federated.config import FederatedConfig, SplitConfig
+from node.federated.mode import Federated, FederatedTasks, build_public_groups
+from node.round.groups import Group, advantages
+from node.tasks.config import DatasetSpec, TaskConfig
 from protocols.records import Completion
 from swarm.averaging import AverageResult
 
@@ -73,8 +74,8 @@ def test_public_groups_balanced_drops_foreign_prompts_and_recomputes_advantages(
     cfg = FederatedConfig(algorithm="pubswap", split=SplitConfig(clients=2))
     sel, stats = build_public_groups(local, received, cfg, own_id="me", round_=3, rng=random.Random(0),
                                      mode="std", drop_zero_advantage=True)
-    assert stats == {"pubswap_drop_unaligned": 1, "pubswap_drop_not_public": 2, "pubswap_peer_groups": 1,
-                     "pubswap_replaced": 2}
+    assert stats.drops == {"unaligned": 1, "not_public": 2}
+    assert stats.metrics() == {"pubswap_peer_groups": 1, "pubswap_replaced": 2}
     g0, g1 = sel.groups
     # t0: c_n = 0, K = 4 ⇒ 2 of our wrong ones become peerA's right ones: rewards two 1s, two 0s
     assert sorted(g0.rewards) == [0.0, 0.0, 1.0, 1.0]
@@ -100,7 +101,8 @@ class MeanWithPeer:
 
 @pytest.fixture()
 def lora_model():
-    from node.models import LoraSpec, ModelConfig, load_model
+    from node.models.config import LoraSpec, ModelConfig
+    from node.models.load import load_model
 
     return load_model(ModelConfig(spec="tiny-qwen2", lora=LoraSpec(r=2, alpha=4))).model
 
@@ -119,7 +121,7 @@ def test_fedprox_term_pulls_towards_the_round_anchor(lora_model):
 
 
 def test_a_round_on_the_boundary_averages_and_resets_the_optimizer(tmp_path):
-    from node.loop import run_round
+    from node.federated.round import run_federated_round as run_round
     from node.node import Node
 
     cfg = parse_config(base_config(weight_by_samples=True))
@@ -146,7 +148,7 @@ def test_a_round_on_the_boundary_averages_and_resets_the_optimizer(tmp_path):
 
 
 def test_without_a_swarm_averaging_is_reported_not_done(tmp_path):
-    from node.loop import run_round
+    from node.federated.round import run_federated_round as run_round
     from node.node import Node
 
     node = Node(parse_config(base_config(tau=1)), tmp_path)

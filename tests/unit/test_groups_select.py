@@ -1,13 +1,13 @@
 """Group advantages and SAPO selection, with hand-computed numbers."""
 
-import random
 
 import pytest
 
+from node.round.config import SelectConfig
+from node.round.groups import Group, advantages
+from node.round.select import SapoSelector
+from node.tasks.source import Task
 from protocols.records import Completion, TaskRef
-from node.groups import Group, advantages
-from node.select import SapoSelector, SelectConfig
-from node.tasks import Task
 
 
 def test_std_advantages_by_hand():

@@ -1,4 +1,4 @@
-"""node.models / node.model_builders: specs, the built-in cache, tiny models, LoRA, fingerprints.
+"""node.models.load / node.models.builders: specs, the built-in cache, tiny models, LoRA, fingerprints.
 
 The two tiny models are built once per session into a temporary cache (≈ 5 s); nothing here
 touches the network (HF_HUB_OFFLINE=1 for the whole module).
@@ -16,12 +16,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from node import model_builders
-from node.models import (
+from node.models import builders as model_builders
+from node.models.config import LoraSpec, ModelConfig
+from node.models.load import (
     BUILTIN_MODELS,
     LoadedModel,
-    LoraSpec,
-    ModelConfig,
     ModelNotFound,
     default_cache_dir,
     fetch,

@@ -8,11 +8,20 @@ import pytest
 import torch
 
 from losses import build_loss
-from node.generation import GenerationConfig, HFGenerator
-from node.groups import Group, advantages
-from node.scoring import TokenRow, score_rows
-from node.tasks import Task, render_prompt
-from node.train import Row, TrainConfig, build_rows, build_optimizer, dash_filter, micro_batches, train_step
+from node.generation.config import GenerationConfig
+from node.generation.hf import HFGenerator
+from node.round.config import TrainConfig
+from node.round.groups import Group, advantages
+from node.round.scoring import TokenRow, score_rows
+from node.round.train import (
+    Row,
+    build_optimizer,
+    build_rows,
+    dash_filter,
+    micro_batches,
+    train_step,
+)
+from node.tasks.source import Task, render_prompt
 from protocols.records import TaskRef
 
 QUESTIONS = ["What is 2 + 3?", "Spell this word backward: banana", "Sort: 3, 1, 2 and explain"]
@@ -86,7 +95,10 @@ def test_on_policy_step_has_unit_is_weights_and_moves_the_weights(tiny_qwen):
     assert any(not torch.equal(a, b) for a, b in zip(before, lm.model.parameters()))
 
 
-def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen):
+@pytest.mark.parametrize("loss", [{"name": "grpo"}, {"name": "grpo", "norm": "token"}, {"name": "grpo", "norm": "dr"},
+                                  {"name": "gepo"}, {"name": "f-tis"}])
+def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen, loss):
+    """Every normalisation divides by the whole step's totals, so the split cannot change the gradient."""
     tasks, res = _generate(tiny_qwen, 1.0)
     rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
     grads = []
@@ -99,7 +111,7 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen):
         captured = {}
         hook = opt.register_step_pre_hook(
             lambda o, a, k: captured.update({i: p.grad.clone() for i, p in enumerate(lm.model.parameters())}))
-        train_step(lm.model, opt, rows, build_loss("grpo"), cfg, temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
+        train_step(lm.model, opt, rows, build_loss(**loss), cfg, temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
         hook.remove()
         grads.append(captured)
     for i in grads[0]:

@@ -6,8 +6,13 @@ import random
 
 import pytest
 
-from node.fedsplit import dirichlet_counts, format_split, private_items, public_items
-from node.pubswap import Response, balanced, is_public_round, random_draw
+from node.federated.pubswap import Response, balanced, is_public_round, random_draw
+from node.federated.split import (
+    dirichlet_counts,
+    format_split,
+    private_items,
+    public_items,
+)
 
 ME = "peer-me"
 

@@ -2,8 +2,9 @@
 
 import pytest
 
+from node.tasks.config import DatasetSpec, TaskConfig
+from node.tasks.source import TaskError, TaskSource, extract, regenerate, score
 from protocols.records import TaskRef
-from node.tasks import DatasetSpec, TaskConfig, TaskError, TaskSource, extract, regenerate, score
 
 CHAIN = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
 

@@ -11,9 +11,23 @@ import msgpack
 import pytest
 import zstandard
 
-from protocols.codec import Caps, RecordError, encode_announcement, encode_bundle, sha256_hex
-from protocols.records import Announcement, Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
-from swarm.transport import InMemoryHub, InMemoryTransport, Limits, make_bundle, rollouts_key, vet_announcement
+from protocols.codec import (
+    Caps,
+    RecordError,
+    encode_announcement,
+    encode_bundle,
+    sha256_hex,
+)
+from protocols.records import (
+    Announcement,
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
+from swarm.memory import InMemoryHub, InMemoryTransport
+from swarm.transport import Limits, make_bundle, rollouts_key, vet_announcement
 
 FP = "cd" * 32
 

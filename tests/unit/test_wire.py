@@ -9,8 +9,18 @@ import hashlib
 import msgpack
 import pytest
 
-from swarm.wire import (MAX_CHUNK, MAX_CONTROL, FetchError, decode_request, encode_header, encode_request,
-                        fetch_bundle, read_frame, serve_bundle, write_frame)
+from swarm.wire import (
+    MAX_CHUNK,
+    MAX_CONTROL,
+    FetchError,
+    decode_request,
+    encode_header,
+    encode_request,
+    fetch_bundle,
+    read_frame,
+    serve_bundle,
+    write_frame,
+)
 
 SHA_A = "a" * 64
 

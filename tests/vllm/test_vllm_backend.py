@@ -15,9 +15,10 @@ import copy
 import pytest
 import torch
 
-from node.generation import GenerationConfig, VLLMOptions
-from node.models import ModelConfig, load_model
-from node.scoring import TokenRow, score_rows
+from node.generation.config import GenerationConfig, VLLMOptions
+from node.models.config import ModelConfig
+from node.models.load import load_model
+from node.round.scoring import TokenRow, score_rows
 
 pytestmark = pytest.mark.vllm
 
@@ -32,7 +33,7 @@ def lm():
 
 @pytest.fixture(scope="module")
 def gen(lm, tmp_path_factory):
-    from node.vllm_backend import VLLMGenerator
+    from node.generation.vllm import VLLMGenerator
 
     cfg = GenerationConfig(
         backend="vllm", temperature=1.0, max_new_tokens=16,

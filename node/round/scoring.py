@@ -1,6 +1,6 @@
 """Score completions under this node's own model: per-token log π_θ(y_t | x, y_<t) / T.
 
-The same temperature-scaled convention as generation (DESIGN §7), so that a local, on-policy
+The same temperature-scaled convention as generation (docs/ARCHITECTURE.md §6), so that a local, on-policy
 completion gets ratio exp(logp − logp_beh) = 1 up to float error. Rows are packed as
 `prompt ‖ completion`, right-padded; the logit at position p predicts token p + 1.
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from node.round.groups import Group
 from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo
-from node.groups import Group
 
 
 def to_records(node, round_: int, groups: list[Group], prompts: list[str]) -> list[RolloutRecord]:

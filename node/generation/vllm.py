@@ -1,6 +1,6 @@
 """vLLM generation backend: whole GRPO rounds in one engine call, weights kept in step with training.
 
-Same `Generator` protocol and logprob convention as the HF backend (DESIGN §7): every completion
+Same `Generator` protocol and logprob convention as the HF backend (docs/ARCHITECTURE.md §6): every completion
 token carries log μ(y_t) = log_softmax(logits / T)[y_t]. vLLM reports that quantity with
 `logprobs_mode="processed_logprobs"` (computed after the temperature, before sampling); the
 default "raw_logprobs" is log_softmax(logits) without the temperature and would make every
@@ -9,7 +9,7 @@ nucleus, the HF backend's are not, so GenerationConfig refuses that combination.
 
 DASH preemptive sampling: the round's B prompts × G samples go to vLLM in one `generate` call
 (`SamplingParams(n=G)`), which schedules them as one continuous batch; training then
-back-propagates in micro-batches (node/train.py).
+back-propagates in micro-batches (node/round/train.py).
 
 Weight sync (after optimizer steps, every `vllm.sync_every` steps):
   - full fine-tuning: the training weights are written to `<policy dir>/model.safetensors` and
@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from node.generation import GenerationConfig, GenerationResult
+from node.generation.base import GenerationResult
+from node.generation.config import GenerationConfig
 from protocols.records import Completion
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ class VLLMGenerator:
 
     def __init__(self, model: torch.nn.Module, tokenizer, cfg: GenerationConfig, *,
                  work_dir: str | os.PathLike | None = None):
-        from vllm import LLM  # the optional extra; imported only when this backend is chosen
+        from vllm import (
+            LLM,  # the optional extra; imported only when this backend is chosen
+        )
 
         self.cfg = cfg
         self.tokenizer = tokenizer

@@ -1,8 +1,8 @@
-"""Federated mode (DESIGN §8, PubSwap paper): private client data, LoRA adapters averaged every τ
+"""Federated mode (PubSwap paper; docs/ARCHITECTURE.md): private client data, LoRA adapters averaged every τ
 rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
 
   private round   GRPO on B prompts drawn from this client's private set (a Dirichlet(α) share of
-                  the task families, node.fedsplit); nothing is published or gathered.
+                  the task families, node.federated.split); nothing is published or gathered.
   public round    (PubSwap, every τ_swap-th round) the same B public prompts on every node, drawn
                   from the shared public set with a seed of (split seed, round); K responses each,
                   published as ordinary rollout records of that round; each node builds its groups
@@ -15,7 +15,7 @@ rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
                   the adapter at the last averaging boundary (the averaged one when it succeeded).
 
 Deviation: the paper recomputes π_old with the local model, so its first gradient step treats a
-peer's response as on-policy; here the configured loss sees the peer's sampling μ (DESIGN §3),
+peer's response as on-policy; here the configured loss sees the peer's sampling μ (docs/ARCHITECTURE.md §2),
 so `grpo` clips the ratio against the donor's policy (choose loss `nois` for the paper's view).
 """
 
@@ -23,66 +23,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Literal
+from dataclasses import dataclass, field
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from node import fedsplit
-from node.groups import SELF, Group, advantages
-from node.pubswap import Response, balanced, is_public_round, random_draw
-from node.select import Selection
-from node.tasks import Task, TaskConfig, TaskSource, regenerate
+from node.federated import split as fedsplit
+from node.federated.config import FederatedConfig, SplitConfig
+from node.federated.pubswap import Response, balanced, is_public_round, random_draw
+from node.round.groups import SELF, Group, advantages
+from node.round.select import Selection
+from node.tasks.config import TaskConfig
+from node.tasks.source import Task, TaskSource, regenerate
 from protocols.records import TaskRef
-
-
-class PubSwapConfig(BaseModel):
-    """Public steps of PubSwap (used when algorithm = pubswap)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rule: Literal["balanced", "random"] = Field("balanced", description="Response aggregation rule.")
-    tau_swap: int = Field(2, ge=1, le=1_000_000, description="Every tau_swap-th round is a public step.")
-
-
-class SplitConfig(BaseModel):
-    """Dirichlet(α) split of the task families (tasks.datasets) across the clients."""
-
-    model_config = ConfigDict(extra="forbid")
-    alpha: float = Field(0.3, gt=0, le=1e4, description="Dirichlet concentration (0.1 = high heterogeneity).")
-    clients: int = Field(4, ge=1, le=4096, description="Clients in the split (swarm local sets it to --nodes).")
-    client: int = Field(0, ge=0, le=4095, description="This node's row of the split (swarm local sets it).")
-    private_size: int = Field(256, ge=1, le=10_000_000, description="Private items per client (equal sizes).")
-    public_size: int = Field(64, ge=1, le=10_000_000, description="Items in the shared public set.")
-    seed: int = Field(0, ge=0, le=2**31 - 2, description="Shared by every client: the split, item streams and public draws.")
-
-    @model_validator(mode="after")
-    def _client_in_range(self) -> SplitConfig:
-        if self.client >= self.clients:
-            raise ValueError(f"client {self.client} is not below clients ({self.clients})")
-        return self
-
-
-class FederatedConfig(BaseModel):
-    """Federated mode: LoRA averaging every tau rounds plus the chosen algorithm (DESIGN §8)."""
-
-    model_config = ConfigDict(extra="forbid")
-    algorithm: Literal["fedavg", "fedprox", "pubswap"] = Field("fedavg", description="FedAvg-GRPO, FedProx or PubSwap.")
-    tau: int = Field(10, ge=1, le=1_000_000, description="Local rounds between adapter averages.")
-    weight_by_samples: bool = Field(False, description="Weight each peer's adapter by samples trained since the last average.")
-    prox_mu: float = Field(0.01, ge=0, le=1e3, description="FedProx μ (used when algorithm = fedprox).")
-    pubswap: PubSwapConfig = Field(default_factory=PubSwapConfig)
-    split: SplitConfig = Field(default_factory=SplitConfig)
-    average_timeout_s: float = Field(60.0, gt=0, le=3600, description="Longest wait for averaging partners (matchmaking).")
-    matchmaking_time_s: float = Field(5.0, gt=0, le=600, description=(
-        "How long the first peer at a boundary waits for the others (the group starts at once when all clients joined)."))
-    allreduce_timeout_s: float = Field(60.0, gt=0, le=3600, description="Bound on the all-reduce itself.")
-    min_group_size: int = Field(2, ge=2, le=4096, description="Fewest peers (us included) worth averaging with.")
-
-    @model_validator(mode="after")
-    def _timeouts(self) -> FederatedConfig:
-        if self.average_timeout_s <= self.matchmaking_time_s:
-            raise ValueError("average_timeout_s must exceed matchmaking_time_s")
-        return self
 
 
 class FederatedTasks(TaskSource):
@@ -132,22 +84,34 @@ def adapter_tensors(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for n, p in model.named_parameters() if "lora_" in n and p.requires_grad]
 
 
+@dataclass
+class PubSwapStats:
+    """What one public step's aggregation did (metrics) and which peers' groups it could not use (drops)."""
+
+    peer_groups: int = 0  # peers' groups of this step's public prompts that joined a pool
+    replaced: int = 0  # own responses swapped for peers' (Balanced) / peers' responses drawn (Random)
+    drops: Counter = field(default_factory=Counter)  # not_public, unaligned
+
+    def metrics(self) -> dict[str, int]:
+        return {"pubswap_peer_groups": self.peer_groups, "pubswap_replaced": self.replaced}
+
+
 def build_public_groups(local: list[Group], received: list[Group], cfg: FederatedConfig, *, own_id: str,
                         round_: int, rng: random.Random, mode: str, drop_zero_advantage: bool
-                        ) -> tuple[Selection, dict[str, int]]:
+                        ) -> tuple[Selection, PubSwapStats]:
     """Our training groups of a public round from our groups and peers' groups of the same prompts."""
-    stats: Counter[str] = Counter()
+    stats = PubSwapStats()
     wanted = {task_key(g.task.ref) for g in local}
     pools: dict[tuple, list[Response]] = {k: [] for k in wanted}
     for g in received:
         key = task_key(g.task.ref)
         if g.round != round_ or key not in wanted:
-            stats["pubswap_drop_not_public"] += 1
+            stats.drops["not_public"] += 1
         elif not g.aligned:  # federated nodes share one base model; another tokenizer cannot be a donor here
-            stats["pubswap_drop_unaligned"] += 1
+            stats.drops["unaligned"] += 1
         else:
             pools[key] += [Response(c, r, g.source, i) for i, (c, r) in enumerate(zip(g.completions, g.rewards))]
-            stats["pubswap_peer_groups"] += 1
+            stats.peer_groups += 1
     groups, dropped = [], 0
     for g in local:
         key = task_key(g.task.ref)
@@ -156,7 +120,7 @@ def build_public_groups(local: list[Group], received: list[Group], cfg: Federate
             built = balanced(own, own + pools[key], own_id, rng)
         else:
             built = random_draw(own + pools[key], len(own), own_id, f"{cfg.split.seed}/{round_}/{key}")
-        stats["pubswap_replaced"] += built.replaced
+        stats.replaced += built.replaced
         rewards = [r.reward for r in built.responses]
         group = Group(g.task, [r.completion for r in built.responses], rewards, advantages(rewards, mode),
                       source=SELF, round=round_, policy_version=g.policy_version)
@@ -164,7 +128,7 @@ def build_public_groups(local: list[Group], received: list[Group], cfg: Federate
             dropped += 1
             continue
         groups.append(group)
-    return Selection(groups, len(groups), 0, dropped), dict(stats)
+    return Selection(groups, len(groups), 0, dropped), stats
 
 
 class Federated:

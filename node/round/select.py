@@ -1,4 +1,4 @@
-"""Training-set selection: SAPO's I local + J external groups (SAPO §3, Algorithm 1).
+"""Training-set selection: SAPO's I local + J external groups (SAPO, Algorithm 1).
 
 Each round the node trains on up to I of its own groups and J groups drawn uniformly from the
 pool of verified external groups it has gathered and not used yet. Groups whose rewards are all
@@ -12,25 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from node.groups import Group
-
-
-class SelectConfig(BaseModel):
-    """SAPO selection sizes."""
-
-    model_config = ConfigDict(extra="forbid")
-    local_groups: int = Field(4, ge=0, le=4096, description="I: own groups per training step.")
-    external_groups: int = Field(
-        4, ge=0, le=4096, description="J: peers' groups per training step (0 = solo)."
-    )
-    drop_zero_advantage: bool = Field(
-        True, description="Skip groups whose completions all got the same reward."
-    )
-    pool_size: int = Field(
-        512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool."
-    )
+from node.round.config import SelectConfig
+from node.round.groups import Group
 
 
 @dataclass
@@ -57,7 +40,9 @@ class SapoSelector:
         self.pool = [g for g in self.pool if keep(g)]
         return before - len(self.pool)
 
-    def select(self, local: list[Group]) -> Selection:
+    def select(self, local: list[Group], external: list[Group] = ()) -> Selection:
+        """Add this round's fresh `external` groups to the pool, then draw I local + J pooled groups."""
+        self.add_external(list(external))
         dropped = 0
         if self.cfg.drop_zero_advantage:
             dropped = sum(not g.informative for g in local) + sum(not g.informative for g in self.pool)

@@ -1,4 +1,4 @@
-"""`lab-*` built-ins: small models warm-started offline to a low-but-clear accuracy (DESIGN §10).
+"""`lab-*` built-ins: small models warm-started offline to a low-but-clear accuracy (docs/ARCHITECTURE.md §9).
 
 Why: on a CPU a pretrained 135M model scores 0 with strict scoring on easy reasoning-gym tasks,
 so RL has no signal. A lab model is a ~3M-parameter Llama trained from scratch by supervised
@@ -42,7 +42,13 @@ from pathlib import Path
 
 import torch
 
-from node.model_builders import init_causal_lm, save_model_dir, task_corpus, tiny_config, train_bpe
+from node.models.builders import (
+    init_causal_lm,
+    save_model_dir,
+    task_corpus,
+    tiny_config,
+    train_bpe,
+)
 
 Progress = Callable[[str], None]
 
@@ -87,16 +93,15 @@ class EvalResult:
 
 
 def _tasks(recipe: LabRecipe, seed: int, n: int, offset: int = 0):
+    from node.tasks.source import regenerate
     from protocols.records import TaskRef
-
-    from node.tasks import regenerate
 
     return [regenerate(TaskRef(recipe.dataset, dict(recipe.config), seed, offset + i)) for i in range(n)]
 
 
 def _sft_batch(tok, tasks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids [B, L], attention mask [B, L] and labels [B, L] (-100 on prompts)."""
-    from node.tasks import render_prompt
+    from node.tasks.source import render_prompt
 
     rows, targets = [], []
     for task in tasks:
@@ -120,7 +125,7 @@ def evaluate(model, tok, tasks, *, greedy: bool, seed: int, max_new_tokens: int)
     """One completion per task, T = 1 sampling (top_k = 0, top_p = 1) or greedy; strict reward."""
     from transformers import GenerationConfig
 
-    from node.tasks import render_prompt, score
+    from node.tasks.source import render_prompt, score
 
     prompts = [render_prompt(tok, t.question, None) for t in tasks]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)

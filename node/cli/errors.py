@@ -8,7 +8,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
     try:
-        from node.models import ModelNotFound
+        from node.models.load import ModelNotFound
 
         errors.append(ModelNotFound)
     except ImportError:
@@ -20,7 +20,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     try:
-        from swarm.bootstrap import BootstrapUnreachable
+        from swarm.dht import BootstrapUnreachable
 
         errors.append(BootstrapUnreachable)
     except ImportError:

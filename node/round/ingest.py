@@ -1,9 +1,9 @@
-"""Turn peers' records into verified groups, trusting nothing but the TaskRef (DESIGN §5).
+"""Turn peers' records into verified groups, trusting nothing but the TaskRef (docs/ARCHITECTURE.md §4).
 
 For every external record this node: checks staleness, regenerates the task from its TaskRef
 (allow-listed datasets/configs only), checks the sender's prompt contains the regenerated
 question, decides whether the sender's token ids and per-token μ apply (same tokenizer
-fingerprint) or only the text does (DESIGN §7), re-scores every completion with its own
+fingerprint) or only the text does (docs/ARCHITECTURE.md §6), re-scores every completion with its own
 verifier and recomputes advantages within the group. Claimed rewards are ignored.
 A record that fails any check is dropped with a counted reason; nothing here raises.
 """
@@ -15,27 +15,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from node.round.config import IngestConfig
+from node.round.groups import Group, verify_group
+from node.tasks.source import TaskError, TaskSource
 from protocols.records import RolloutRecord
-from node.groups import Group, verify_group
-from node.tasks import TaskError, TaskSource
-
-
-class IngestConfig(BaseModel):
-    """Which peers' records are fresh enough to learn from (HeteroRL staleness window)."""
-
-    model_config = ConfigDict(extra="forbid")
-    max_staleness_rounds: int = Field(
-        4, ge=0, le=10_000, description="Drop records from rounds older than this many rounds."
-    )
-    max_age_s: float = Field(
-        600.0, gt=0, le=1e7, description="Drop records created longer ago than this (seconds)."
-    )
-    max_clock_skew_s: float = Field(
-        120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."
-    )
-    min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")
 
 
 @dataclass

@@ -1,0 +1,13 @@
+"""The round: what one node does each round, in data-flow order (start at node.round.loop.run_round).
+
+  loop      run_round: tasks → generate → verify → publish → gather → select → train → record
+  steps     the steps every round function shares (verify, publish, gather, train)
+  groups    verified groups: our rewards, within-group advantages
+  records   our groups → wire records
+  ingest    peers' records → verified groups (regenerate, re-verify, recompute; drops by reason)
+  select    SAPO: I local + J external informative groups
+  scoring   log π_θ of completions in our tokenization
+  train     rows, micro-batches, the loss, one optimizer step
+  report    the metrics line, held-out eval and checkpoint at the end of a round
+  config    TrainConfig, SelectConfig, IngestConfig (torch-free)
+"""

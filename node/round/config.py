@@ -1,0 +1,59 @@
+"""Configs of the round's steps: train (optimizer and step shape), select (SAPO I/J), ingest (freshness).
+
+Torch-free, so that validating a node's YAML imports neither torch nor the round's code.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainConfig(BaseModel):
+    """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    grad_clip: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
+    micro_batch_rows: int = Field(
+        16, ge=1, le=65536, description="Most completions per forward/backward pass."
+    )
+    dash_threshold: float = Field(
+        0.0, ge=0, le=10.0, description="DASH: drop rows with |A| below this (0 = keep all)."
+    )
+    advantage: Literal["std", "mean"] = Field(
+        "std", description="Group normalisation: std (GRPO) or mean-only (Dr.GRPO)."
+    )
+
+class SelectConfig(BaseModel):
+    """SAPO selection sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+    local_groups: int = Field(4, ge=0, le=4096, description="I: own groups per training step.")
+    external_groups: int = Field(
+        4, ge=0, le=4096, description="J: peers' groups per training step (0 = solo)."
+    )
+    drop_zero_advantage: bool = Field(
+        True, description="Skip groups whose completions all got the same reward."
+    )
+    pool_size: int = Field(
+        512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool."
+    )
+
+class IngestConfig(BaseModel):
+    """Which peers' records are fresh enough to learn from (HeteroRL staleness window)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_staleness_rounds: int = Field(
+        4, ge=0, le=10_000, description="Drop records from rounds older than this many rounds."
+    )
+    max_age_s: float = Field(
+        600.0, gt=0, le=1e7, description="Drop records created longer ago than this (seconds)."
+    )
+    max_clock_skew_s: float = Field(
+        120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."
+    )
+    min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")

@@ -1,0 +1,75 @@
+"""The end of every round: one metrics line (JSONL, Prometheus, console), held-out eval and checkpoint when due."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from node.round.groups import Group
+from node.round.select import Selection
+from node.round.steps import Gathered
+from node.round.train import StepResult
+
+if TYPE_CHECKING:
+    from node.generation.base import GenerationResult
+    from node.node import Node
+
+
+@dataclass
+class RoundOutcome:
+    """Everything a round produced that its metrics line reports."""
+
+    round: int
+    started: float  # time.perf_counter() at the round's start
+    local: list[Group]  # our verified groups of this round
+    gen: GenerationResult
+    selection: Selection
+    step: StepResult
+    wire_bytes: int = 0  # bytes we published
+    gathered: Gathered = field(default_factory=Gathered)
+    extra: dict[str, Any] = field(default_factory=dict)  # mode-specific fields (federated: public, averaging)
+
+
+def finish_round(node: Node, out: RoundOutcome) -> dict[str, Any]:
+    """Held-out eval when due, the metrics line, a checkpoint when due; returns the metrics."""
+    eval_accuracy = node.evaluate() if node.eval_due(out.round) else None
+    metrics = round_metrics(node, out, eval_accuracy, time.perf_counter() - out.started)
+    node.log.write(metrics)
+    if node.checkpoint_due(out.round):
+        node.save_checkpoint(out.round)
+    return metrics
+
+
+def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, round_s: float) -> dict[str, Any]:
+    rewards = [r for g in out.local for r in g.rewards]
+    sel, step, gen = out.selection, out.step, out.gen
+    return {
+        "node": node.cfg.name,
+        "round": out.round,
+        "policy_version": node.policy_version,
+        "reward_mean": statistics.fmean(rewards),
+        "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards),
+        "eval_accuracy": eval_accuracy,
+        "eval_accuracy_before": node.eval_before if out.round == 0 else None,
+        "groups_local": sel.local,
+        "groups_external": sel.external,
+        "groups_published": len(out.local) if out.wire_bytes else 0,
+        "groups_received": len(out.gathered.groups),
+        "groups_zero_adv": sel.dropped_zero_adv,
+        "external_peers": sorted({g.source for g in sel.groups if g.is_external}),
+        "rows_trained": step.rows,
+        "rows_dash_filtered": step.rows_filtered,
+        "completion_len_mean": statistics.fmean(len(c.token_ids) for g in out.local for c in g.completions),
+        "gen_s": gen.seconds,
+        "tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
+        "step_s": step.seconds,
+        "round_s": round_s,
+        "gather_s": out.gathered.latency_s,
+        "wire_bytes": out.wire_bytes,
+        "drops": out.gathered.drops,
+        "time": time.time(),
+        **step.metrics,
+        **out.extra,
+    }

@@ -1,0 +1,62 @@
+"""Starting this process's hivemind DHT peer under its identity: the one place both nodes and bootstrap peers do it.
+
+`start_swarm_dht(cfg)` loads (or creates) the RSA identity at `cfg.identity_path` — or writes a
+fresh one to a private temp file that is deleted once p2pd has read it — and starts
+`hivemind.DHT` with the signature validator of that key, so the DHT's peer id and the key that
+signs announcements are the same (swarm.identity). Hivemind traps handled: `DHT(start=True)`
+explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
+host), and a bootstrap failure turned into `BootstrapUnreachable` with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Sequence
+
+from hivemind import DHT
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.utils.crypto import RSAPrivateKey
+
+from swarm.config import SwarmConfig
+from swarm.identity import ephemeral_identity, load_or_create_identity
+
+
+class BootstrapUnreachable(RuntimeError):
+    """None of the initial peers answered within the startup timeout (message: one line)."""
+
+    @classmethod
+    def for_peers(cls, peers: Sequence[str], timeout_s: float) -> BootstrapUnreachable:
+        return cls(f"none of the initial peers answered within {timeout_s:g} s: {', '.join(peers)}; "
+                   "check the addresses (copy one line printed by `swarm bootstrap`) and that the peer is running, "
+                   "or start one with `swarm bootstrap`")
+
+
+def start_swarm_dht(cfg: SwarmConfig) -> tuple[DHT, RSAPrivateKey, RSASignatureValidator]:
+    """A started DHT peer with its identity key and that key's validator (see module docstring)."""
+    if cfg.identity_path is not None:
+        key, _ = load_or_create_identity(cfg.identity_path)
+        path, tmp_dir = cfg.identity_path, None
+    else:
+        key, tmp = ephemeral_identity()
+        path, tmp_dir = str(tmp), tmp.parent
+    validator = RSASignatureValidator(key)
+    try:
+        dht = _start(cfg, path, validator, fresh_identity=tmp_dir is not None)
+    finally:
+        if tmp_dir is not None:
+            shutil.rmtree(tmp_dir, ignore_errors=True)  # p2pd has read it (or failed)
+    return dht, key, validator
+
+
+def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidator, fresh_identity: bool) -> DHT:
+    try:
+        return DHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
+                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
+                   identity_path=identity_path, startup_timeout=cfg.startup_timeout_s,
+                   bootstrap_timeout=cfg.startup_timeout_s, record_validators=[validator],
+                   check_if_identity_free=not fresh_identity)
+    except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
+        if cfg.initial_peers and ("bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))):
+            raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None
+        raise

@@ -1,0 +1,45 @@
+"""Shared swarms of real hivemind peers on 127.0.0.1 (one bootstrap peer + N transports).
+
+    with transport_swarm(3, poll_interval_s=0.2) as (maddrs, peers): ...
+
+`swarm3` is the module-scoped fixture most integration tests use: a test module sets
+`SWARM3_CONFIG = {...}` (SwarmConfig fields) to tune its peers. Everything started is shut down
+on exit, also when a test fails, so no p2pd outlives the test session.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from swarm.bootstrap import start_bootstrap
+from swarm.config import SwarmConfig
+from swarm.hivemind_transport import HivemindTransport
+
+
+def peer_config(initial_peers: list[str], **overrides) -> SwarmConfig:
+    """A SwarmConfig for a test peer of the local swarm (generous start-up timeout for a busy machine)."""
+    return SwarmConfig(**{"enabled": True, "initial_peers": initial_peers, "startup_timeout_s": 60,
+                          "dht_timeout_s": 5, **overrides})
+
+
+@contextmanager
+def transport_swarm(n: int, **overrides):
+    """A bootstrap peer and `n` HivemindTransports joined to it; yields (bootstrap maddrs, transports)."""
+    boot, maddrs = start_bootstrap(startup_timeout_s=60)
+    peers: list[HivemindTransport] = []
+    try:
+        for _ in range(n):
+            peers.append(HivemindTransport(cfg=peer_config(maddrs[:1], **overrides)))
+        yield maddrs, peers
+    finally:
+        for p in peers:
+            p.shutdown()
+        boot.shutdown()
+
+
+@pytest.fixture(scope="module")
+def swarm3(request):
+    with transport_swarm(3, **getattr(request.module, "SWARM3_CONFIG", {})) as swarm:
+        yield swarm

@@ -1,0 +1,137 @@
+"""The project's own shape, checked from its source: no import cycles, layers that point one way,
+configs and the CLI that load without torch, documents that exist in the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("protocols", "swarm", "node", "losses", "bench")
+# who may import whom (docs/ARCHITECTURE.md): node → {losses, protocols, swarm}, swarm → protocols
+ALLOWED = {"protocols": set(), "losses": set(), "swarm": {"protocols"},
+           "node": {"losses", "protocols", "swarm"}, "bench": {"node", "losses", "protocols", "swarm"}}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:` (annotations only, never executed)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                for inner in ast.walk(sub):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        lines.add(inner.lineno)
+    return lines
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → project modules it imports anywhere in its body (function-level imports included)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            else:
+                continue
+            graph[mod] |= {t for t in targets if t in modules and t != mod}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a list of modules (first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+def test_layers_point_one_way():
+    bad = [(m, n) for m, deps in import_graph().items() for n in deps
+           if n.split(".")[0] != m.split(".")[0] and n.split(".")[0] not in ALLOWED[m.split(".")[0]]]
+    assert not bad, f"imports against the layering: {bad}"
+
+
+def test_only_swarm_runs_hivemind_and_asyncio():
+    offenders = []
+    for mod, path in _modules().items():
+        if mod.split(".")[0] in ("swarm", "bench"):
+            continue
+        text = path.read_text()
+        if re.search(r"^\s*(import|from) (hivemind|asyncio)\b", text, re.M):
+            offenders.append(mod)
+    assert not offenders
+
+
+@pytest.mark.parametrize("module", ["node.config", "node.cli", "losses", "losses.config", "swarm.config"])
+def test_configs_and_cli_import_without_torch(module):
+    code = (f"import sys, {module}; heavy = [m for m in ('torch', 'transformers', 'hivemind', 'reasoning_gym') "
+            "if m in sys.modules]; print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"importing {module} pulled in {out.stdout.strip()}"
+
+
+def test_code_points_only_to_documents_in_the_repository():
+    refs = []
+    for path in [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*.yaml"),
+                 *_modules().values()]:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"DESIGN(\.md)? ?§|\.\./shared", line):
+                refs.append(f"{path.relative_to(ROOT)}:{i}")
+            for doc in re.findall(r"docs/([A-Z]+\.md)", line):
+                if not (ROOT / "docs" / doc).is_file():
+                    refs.append(f"{path.relative_to(ROOT)}:{i} → docs/{doc} (missing)")
+    assert not refs, refs
+
+
+def test_package_files_stay_readable():
+    long = {str(p.relative_to(ROOT)): n for m, p in _modules().items() if m.split(".")[0] != "bench"
+            if (n := len(p.read_text().splitlines())) > 420}
+    assert not long, f"files over ~400 lines (split them by role): {long}"
