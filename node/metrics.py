@@ -52,7 +52,11 @@ class Prom:
             "swarm_records_dropped_total", "Records dropped", lab + ["reason"], registry=r
         )
         self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
-        self.gather_latency = Histogram("swarm_gather_seconds", "Gather latency", lab, registry=r)
+        self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
+        self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
+        self.downloaded = Counter("swarm_bytes_downloaded_total", "Bundle bytes fetched from peers", lab, registry=r)
+        self.skipped = Counter("swarm_announcements_skipped_total", "Valid announcements not fetched (fan-in budget)",
+                               lab, registry=r)
         self.step_s = Gauge("swarm_step_seconds", "Train step seconds", lab, registry=r)
         self.tokens_per_s = Gauge("swarm_generation_tokens_per_second", "Generation tokens/s", lab, registry=r)
         self.is_mean = Gauge("swarm_is_weight_mean", "Mean importance weight", lab, registry=r)
@@ -76,6 +80,9 @@ class Prom:
         self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
         if m.get("gather_s") is not None:
             self.gather_latency.labels(n).observe(m["gather_s"])
+        self.peers_seen.labels(n).set(m.get("peers_seen", 0))
+        self.downloaded.labels(n).inc(m.get("bytes_downloaded", 0))
+        self.skipped.labels(n).inc(m.get("fanin_skipped", 0))
         self.step_s.labels(n).set(m["step_s"])
         self.tokens_per_s.labels(n).set(m["tokens_per_s"])
         self.is_mean.labels(n).set(m.get("is_weight_mean", 1.0))
@@ -124,6 +131,8 @@ def progress_line(m: dict[str, Any]) -> str:
     if "avg_averaged" in m:  # federated averaging boundary
         parts.append(f"averaged with {m['avg_group_size'] - 1} peers, drift {m['avg_drift']:.3f}"
                      if m["avg_averaged"] else "averaging failed")
+    if m.get("peer_groups_note"):
+        parts.append(f"no peer groups: {m['peer_groups_note']}")
     drops = sum(m.get("drops", {}).values())
     if drops:
         parts.append(f"dropped {drops}")

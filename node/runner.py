@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     """Run rounds start..rounds-1 (resuming after the last checkpointed round)."""
     round_fn = ROUND_FUNCTIONS[node.mode]
+    meet_peers(node)
     out = []
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
         node.eval_before = node.evaluate()
@@ -27,3 +29,17 @@ def run(node: Node, rounds: int) -> list[dict[str, Any]]:
         out.append(round_fn(node, round_))
         node.next_round = round_ + 1
     return out
+
+
+def meet_peers(node: Node) -> int:
+    """Announce ourselves (an empty bundle) and, if swarm.start_with_peers asks, wait until that many
+    peers were seen (at most swarm.start_wait_s). Returns the peers seen. Rounds never wait for
+    each other afterwards; this only lets a local experiment start together."""
+    sw = node.cfg.swarm
+    if node.transport is None:
+        return 0
+    node.transport.publish([])
+    deadline = time.monotonic() + sw.start_wait_s
+    while node.transport.peers_seen() < sw.start_with_peers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return node.transport.peers_seen()

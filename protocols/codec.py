@@ -276,7 +276,7 @@ def decode_record(data: bytes, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
 
 
 def encode_bundle(records: list[RolloutRecord] | tuple[RolloutRecord, ...], *, logprob_dtype: str = "f16") -> bytes:
-    """All of one peer's records for one round in one zstd frame (compression sees them together)."""
+    """One bundle: records published together, in one zstd frame (compression sees them together)."""
     return _compress({"v": SCHEMA_VERSION, "records": [record_to_wire(r, logprob_dtype=logprob_dtype)
                                                        for r in records]})
 
@@ -312,14 +312,18 @@ def decode_announcement(data: Any) -> Announcement:
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
         raise RecordError("bad_announcement", str(exc)[:200]) from None
     try:
-        a = Announcement(peer=_get(d, "peer", str, "ann"), round=_get(d, "round", int, "ann"),
+        if isinstance(d, dict) and type(d.get("v")) is int and d["v"] != SCHEMA_VERSION:
+            raise RecordError("version", f"announcement v{d.get('v')!r}, this node speaks v{SCHEMA_VERSION}")
+        a = Announcement(peer=_get(d, "peer", str, "ann"), window=_get(d, "window", int, "ann"),
                          count=_get(d, "count", int, "ann"), nbytes=_get(d, "nbytes", int, "ann"),
                          sha256=_get(d, "sha256", str, "ann"), policy_version=_get(d, "policy_version", int, "ann"),
                          created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"))
     except RecordError as exc:
+        if exc.reason == "version":
+            raise
         raise RecordError("bad_announcement", str(exc)) from None
-    if a.v != SCHEMA_VERSION or a.round < 0 or a.count < 0 or a.nbytes <= 0:
-        raise RecordError("bad_announcement", "version, round, count or size out of range")
+    if a.window < 0 or a.count < 0 or a.nbytes <= 0 or a.policy_version < 0 or not math.isfinite(a.created_at):
+        raise RecordError("bad_announcement", "window, count, size, version or time out of range")
     if len(a.sha256) != 64 or not set(a.sha256) <= _SHA256_HEX:
         raise RecordError("bad_announcement", "sha256 is not a hex digest")
     return a

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v2: exchange by swarm time (announcements keyed by window, not round)
 FINISH_REASONS = ("stop", "length")  # EOS sampled | max_new_tokens reached
 
 
@@ -63,7 +63,7 @@ class RolloutRecord:
 
     swarm: str  # swarm id: records of another swarm are ignored
     peer: str  # sender peer id (the transport checks it against the signed subkey)
-    round: int  # sender's round (≥ 0): which gather window the record belongs to
+    round: int  # sender's own round counter (≥ 0): informational (logs); federated public steps: the step index
     policy_version: int  # sender's optimizer steps so far (≥ 0): staleness in async mode
     created_at: float  # sender's wall clock (unix s): age-based staleness, delay experiments
     model: ModelInfo  # which tokenizer the ids are in, and the id bound
@@ -76,13 +76,17 @@ class RolloutRecord:
 
 @dataclass(frozen=True)
 class Announcement:
-    """The small DHT value announcing one peer's bundle for one round (the bytes move over P2P)."""
+    """The small value announcing one bundle of one peer (the bytes move over a libp2p stream).
+
+    Stored in the DHT under the key of the time window it was published in (protocols.keys), and
+    pushed directly to recently seen peers; both carry exactly these fields.
+    """
 
     peer: str  # publisher peer id (whom to fetch the bundle from)
-    round: int  # the round the bundle belongs to
-    count: int  # records in the bundle (≥ 0)
+    window: int  # swarm-time window of publishing: ⌊created_at / window_s⌋, equal to the key's window
+    count: int  # records in the bundle (≥ 0): checked against the records delivered
     nbytes: int  # compressed bundle size (> 0): checked against the caps before fetching
-    sha256: str  # hex digest of the bundle bytes: checked after fetching
+    sha256: str  # hex digest of the bundle bytes: checked after fetching; names the bundle when fetching
     policy_version: int  # publisher's policy version, for staleness before any download
-    created_at: float  # publisher's wall clock (unix s)
+    created_at: float  # publisher's clock (unix s) when it published: age before any download
     v: int = field(default=SCHEMA_VERSION)  # schema version

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocols.codec import DEFAULT_CAPS, Caps
+from swarm.transport import Limits
 
 
 def _check_maddr(addr: str, *, need_peer: bool) -> str:
@@ -49,7 +50,7 @@ class CapsConfig(BaseModel):
 
 
 class SwarmConfig(BaseModel):
-    """How this node talks to the swarm: DHT announcements + P2P bundle streams (docs/ARCHITECTURE.md §5)."""
+    """How this node talks to the swarm: windowed DHT announcements + P2P bundle streams (docs/ARCHITECTURE.md §5)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,24 +67,37 @@ class SwarmConfig(BaseModel):
                                       "peer id across restarts; None uses a fresh identity per start")
     startup_timeout_s: float = Field(60.0, gt=0, le=600,
                                      description="p2p daemon start + DHT bootstrap; p2pd can exceed 15 s on busy hosts")
-    gather_timeout_s: float = Field(30.0, ge=0, le=3600,
-                                    description="longest a round waits for peers' bundles (never longer)")
-    gather_min_peers: int | None = Field(None, ge=0, le=4096,
-                                         description="stop waiting once this many other peers' bundles are settled "
-                                         "for every requested round; None = every peer seen in recent rounds")
-    announce_ttl_s: float = Field(300.0, ge=5, le=86400, description="DHT expiration of an announcement")
+    window_s: float = Field(10.0, ge=1, le=3600, description="swarm-wide: length of an announcement window "
+                            "(announcements are keyed by ⌊time / window_s⌋); every peer of a swarm must agree")
+    shards: int = Field(4, ge=1, le=4096, description="swarm-wide: keys one window's announcements are spread "
+                        "over (about peers/64 for large swarms); every peer of a swarm must agree")
+    read_shards: int | None = Field(None, ge=1, le=4096, description="shards read per window, chosen at random "
+                                    "each poll; None = all (bounded fan-in reading for very large swarms)")
+    max_age_s: float = Field(600.0, ge=5, le=86400, description="bundles older than this are not fetched, "
+                             "served or trained on; also the DHT expiration of our announcements")
+    max_clock_skew_s: float = Field(120.0, ge=0, le=3600, description="tolerated future timestamps from peers' clocks")
+    max_fetches_per_window: int = Field(16, ge=1, le=100_000, description="fan-in: most bundles fetched per "
+                                        "window_s of wall time from all peers together (fair per peer, newest first)")
+    notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
+                              "directly (the DHT is the fallback); 0 = DHT only")
+    wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups when its pool "
+                          "holds fewer than select.external_groups and peers were seen recently; 0 = never wait")
+    start_with_peers: int = Field(0, ge=0, le=100_000, description="before its first round, wait until this many "
+                                  "peers have been seen (`swarm local` sets nodes − 1 so a local swarm starts "
+                                  "together); 0 = start at once")
+    start_wait_s: float = Field(120.0, ge=0, le=86400, description="longest wait for start_with_peers")
     poll_interval_s: float = Field(0.5, ge=0.05, le=30, description="DHT announcement polling period")
     dht_timeout_s: float = Field(10.0, gt=0, le=120, description="bound on one DHT get/store")
     fetch_timeout_s: float = Field(30.0, gt=0, le=600, description="bound on fetching one bundle")
     max_concurrent_fetches: int = Field(8, ge=1, le=256, description="bundle downloads in flight at once")
-    serve_rounds: int = Field(8, ge=1, le=1024,
-                              description="recent rounds whose own bundles stay in memory to serve peers")
-    watch_rounds: int = Field(8, ge=1, le=1024,
-                              description="recently requested rounds still polled for late announcements")
-    max_records_per_peer_round: int = Field(256, ge=1, le=1 << 20,
-                                            description="quota: records one peer may contribute to one round")
-    max_bytes_per_peer_round: int = Field(16 << 20, ge=1024, le=1 << 30,
-                                          description="quota: wire bytes one peer may contribute to one round")
+    max_entries_per_key: int = Field(32, ge=1, le=1024, description="announcements read from one DHT key per "
+                                     "poll (a random subset when a shard holds more)")
+    serve_max_bytes: int = Field(256 << 20, ge=1 << 20, le=1 << 36, description="memory for our own bundles "
+                                 "served to peers (oldest dropped first, and any older than max_age_s)")
+    max_records_per_peer_window: int = Field(256, ge=1, le=1 << 20,
+                                             description="quota: records one peer may deliver per window")
+    max_bytes_per_peer_window: int = Field(16 << 20, ge=1024, le=1 << 30,
+                                           description="quota: wire bytes one peer may deliver per window")
     caps: CapsConfig = Field(default_factory=CapsConfig, description="decode limits for received bundles")
 
     @field_validator("initial_peers")
@@ -104,3 +118,10 @@ class SwarmConfig(BaseModel):
             if a.rstrip("/").endswith("/tcp/0") or "/tcp/0/" in a or "/udp/0/" in a or a.endswith("/udp/0"):
                 raise ValueError(f"{a!r}: announce an explicit port, not 0")
         return v
+
+    def limits(self) -> Limits:
+        """The receive limits and fan-in budget the transports enforce."""
+        return Limits(caps=self.caps.to_caps(), max_records_per_peer_window=self.max_records_per_peer_window,
+                      max_bytes_per_peer_window=self.max_bytes_per_peer_window, max_age_s=self.max_age_s,
+                      max_clock_skew_s=self.max_clock_skew_s, window_s=self.window_s, shards=self.shards,
+                      max_fetches_per_window=self.max_fetches_per_window)

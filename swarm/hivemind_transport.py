@@ -1,63 +1,83 @@
-"""The swarm transport on hivemind: signed DHT announcements + bundle bytes over libp2p streams (docs/ARCHITECTURE.md §5).
+"""The swarm transport on hivemind: windowed, signed DHT announcements, direct pushes, and bundle
+bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
 
-    publish(r, records):  bundle = encode_bundle(records); keep it in memory (last `serve_rounds`
-                          rounds); DHT.store(key="{swarm}/rollouts/{r}", subkey="[owner:<our RSA key>]",
-                          value=encode_announcement(…) (< 1 KiB), expiration=now + announce_ttl_s)
-    background poller:    every poll_interval_s, DHT.get(key, latest=True) for the watched rounds;
-                          each new (subkey, value) is vetted (swarm.transport rules), then fetched over
-                          the stream protocol swarm.wire.HANDLER_NAME from the peer the subkey names
-    gather(rounds, T, k): waits on the inbox (at most T) and hands out settled bundles once
+    publish(records):  bundle = encode_bundle(records), kept in memory for max_age_s (bounded in
+                       bytes); DHT.store(key=rollouts_key(swarm, window, our shard),
+                       subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB),
+                       expiration=now + max_age_s); the same announcement is pushed over
+                       swarm.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers
+    background poller: every poll_interval_s it reads the current window's shards (the previous
+                       window's every 4th tick, and on start the windows of the last max_age_s,
+                       newest first, two per tick); every (subkey, value) goes through the shared
+                       receive rules (swarm.transport.Inbox), and the fan-in choice decides what
+                       to fetch over swarm.wire.HANDLER_NAME
+    take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
+                       than `min` are ready)
 
 One RSA key (swarm.identity) is both the libp2p identity and the DHT signing key, so the peer id
-a receiver derives from the signed subkey is the peer it dials for the bytes, and the ``peer``
-field of every record must equal it.
+a receiver derives from the signed subkey is the peer it dials for the bytes, and the `peer`
+field of every record must equal it; a push is attributed to the stream's authenticated peer.
 
-Threads and processes: hivemind's DHT runs in a child process (fork) and is driven through its
-pipe; this object runs one private asyncio loop in a daemon thread that owns every DHT call (the
-pipe is not thread-safe), the P2P replica (``dht.replicate_p2p()``), the stream handler and the
+Threads and processes: hivemind's DHT runs in a child process (fork) driven through its pipe;
+this object runs one private asyncio loop in a daemon thread that owns every DHT call (the pipe
+is not thread-safe), the P2P replica (`dht.replicate_p2p()`), the stream handlers and the
 fetches. The synchronous front submits coroutines to that loop with timeouts; peer data never
 raises out of it (SwarmError is raised only for our own failures, e.g. after shutdown).
 
-Hivemind traps handled: values stay tiny (the uvloop pipe crash above ~70 KB never triggers);
-``DHT(start=True)`` explicitly; ``startup_timeout`` from config; bootstrap failure is turned
-into BootstrapUnreachable with one line; one RPC message is capped at 4 MiB, so bytes move as
-≤ 1 MiB frames on a raw stream.
+Hivemind traps handled: a DHT read runs inside the DHT process (`_read_keys`), which maps each
+signed subkey to its peer id and returns at most `max_entries_per_key` entries per key, so
+what crosses the pipe stays far below the ~70 KB at which hivemind's uvloop pipe breaks; one
+RPC message is capped at 4 MiB, so bytes move as ≤ 1 MiB frames on a raw stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import random
 import threading
 import time
-from collections import Counter
+from collections import OrderedDict
 from functools import partial
 
 from hivemind import DHT
 from hivemind.p2p import PeerID
-from hivemind.utils import get_dht_time
 
-from protocols.records import RolloutRecord
+from protocols.keys import rollouts_key, shard_of, window_of, windows_back
+from protocols.records import Announcement, RolloutRecord
 from swarm import wire
 from swarm.config import SwarmConfig
 from swarm.dht import start_swarm_dht
 from swarm.identity import peer_id_of_key, peer_id_of_subkey
-from swarm.transport import (
-    GatherResult,
-    Inbox,
-    Limits,
-    make_bundle,
-    process_announcement,
-    rollouts_key,
-    settle_fetched,
-)
+from swarm.transport import Delivery, Inbox, make_bundle
 
 log = logging.getLogger(__name__)
-_BACKGROUND_EVERY = 4  # watched rounds no gather is waiting on are polled every 4th tick
+_PREVIOUS_EVERY = 4  # the previous window is re-read every 4th tick (late and skewed announcements)
+_CATCH_UP_PER_TICK = 2  # older windows read per tick after a start
 
 
 class SwarmError(RuntimeError):
     """This node's own transport failed (not a peer's fault), e.g. used after shutdown."""
+
+
+async def _read_keys(_dht, node, keys: list[str], per_key: int) -> dict[str, list[tuple[str | None, object]]]:
+    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each."""
+    found = await node.get_many(keys, sufficient_expiration_time=float("inf"))
+    rng = random.Random(os.urandom(8))
+    out: dict[str, list[tuple[str | None, object]]] = {}
+    for key, item in found.items():
+        value = getattr(item, "value", None)
+        if value is None:
+            continue
+        if not hasattr(value, "items"):  # not a dictionary of signed subkeys: unsigned, dropped as forged
+            out[key] = [(None, repr(value)[:64])]
+            continue
+        entries = list(value.items())
+        if len(entries) > per_key:
+            entries = rng.sample(entries, per_key)
+        out[key] = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
+    return out
 
 
 class HivemindTransport:
@@ -65,14 +85,13 @@ class HivemindTransport:
 
     def __init__(self, *, cfg: SwarmConfig, start: bool = True):
         self.cfg = cfg
-        self.limits = Limits(cfg.caps.to_caps(), cfg.max_records_per_peer_round, cfg.max_bytes_per_peer_round)
-        self.inbox = Inbox()
+        self.limits = cfg.limits()
+        self.inbox = Inbox(self.limits)
         self.peer_id = ""
         self.publish_failures = 0  # announcements no DHT node accepted (logged each time)
-        self._served: dict[tuple[int, str], bytes] = {}  # (round, sha256) → our bundle bytes
+        self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
-        self._watched: dict[int, None] = {}  # insertion-ordered set of rounds to poll
-        self._waiting: set[int] = set()  # rounds a gather is blocked on right now
+        self._catch_up: list[int] = []  # older windows still to read once, newest first
         self._stopped = threading.Event()
         self._dht: DHT | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -85,6 +104,9 @@ class HivemindTransport:
     def start(self) -> None:
         self._dht, key, self._validator = start_swarm_dht(self.cfg)
         self.peer_id = peer_id_of_key(key)
+        self._shard = shard_of(self.peer_id, self.cfg.shards)
+        now_window = window_of(time.time(), self.cfg.window_s)
+        self._catch_up = windows_back(now_window, self.cfg.max_age_s, self.cfg.window_s)[2:]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
         self._thread.start()
@@ -99,9 +121,10 @@ class HivemindTransport:
     async def _start_async(self) -> None:
         self._wake = asyncio.Event()  # bound to this loop
         self._fetch_slots = asyncio.Semaphore(self.cfg.max_concurrent_fetches)
-        self._fetches: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(wire.HANDLER_NAME, self._handle_stream)
+        await self._p2p.add_binary_stream_handler(wire.NOTIFY_NAME, self._handle_notify)
         self._poller = asyncio.create_task(self._poll_forever())
 
     def _call(self, coro, timeout: float):
@@ -109,6 +132,12 @@ class HivemindTransport:
             coro.close()
             raise SwarmError("transport is not running (never started, or shut down)")
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self._loop).result(timeout + 5)
+
+    def _spawn(self, coro) -> None:
+        """Run `coro` on the loop in the background; the task set keeps it referenced until done."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @property
     def dht(self) -> DHT:
@@ -147,7 +176,7 @@ class HivemindTransport:
                 self._loop.close()
 
     async def _stop_async(self) -> None:
-        tasks = [t for t in (getattr(self, "_poller", None), *getattr(self, "_fetches", ())) if t is not None]
+        tasks = [t for t in (getattr(self, "_poller", None), *getattr(self, "_tasks", ())) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -155,38 +184,67 @@ class HivemindTransport:
         if p2p is not None:
             try:
                 await p2p.remove_binary_stream_handler(wire.HANDLER_NAME)
+                await p2p.remove_binary_stream_handler(wire.NOTIFY_NAME)
             finally:
                 await p2p.shutdown()  # a replica: closes our client connection, not the daemon
 
-    # ------------------------------------------------------------------ publish (serve + announce)
+    # ------------------------------------------------------------------ publish (serve, announce, push)
 
-    def publish(self, round: int, records: list[RolloutRecord]) -> int:
-        data, value, ann = make_bundle(self.peer_id, round, records)
-        with self._served_lock:
-            self._served[(round, ann.sha256)] = data
-            keep = sorted({r for r, _ in self._served})[-self.cfg.serve_rounds:]
-            self._served = {k: v for k, v in self._served.items() if k[0] in keep}
-        self._watch([round])
+    def publish(self, records: list[RolloutRecord]) -> int:
+        data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s)
+        self._serve(ann, data)
         try:
-            stored = self._call(self._store(round, value), self.cfg.dht_timeout_s)
+            stored = self._call(self._announce(ann, value), self.cfg.dht_timeout_s)
         except TimeoutError:
             stored = False
         if not stored:
             self.publish_failures += 1
-            log.warning("round %d: no DHT node accepted our announcement; peers will not see this bundle", round)
+            log.warning("no DHT node accepted our announcement; only pushed peers will see this bundle")
         return len(data)
 
-    async def _store(self, round_: int, value: bytes) -> bool:
-        fut = self._dht.store(rollouts_key(self.cfg.swarm_id, round_), value,
-                              expiration_time=get_dht_time() + self.cfg.announce_ttl_s,
+    def _serve(self, ann: Announcement, data: bytes) -> None:
+        """Keep our bundle for max_age_s, within serve_max_bytes (oldest out first)."""
+        with self._served_lock:
+            self._served[ann.sha256] = (data, ann.created_at)
+            horizon = time.time() - self.cfg.max_age_s
+            total = sum(len(d) for d, _ in self._served.values())
+            while self._served:
+                sha, (old, created) = next(iter(self._served.items()))
+                if created >= horizon and total <= self.cfg.serve_max_bytes:
+                    break
+                total -= len(old)
+                del self._served[sha]
+
+    async def _announce(self, ann: Announcement, value: bytes) -> bool:
+        for peer in self.inbox.known_peers()[: self.cfg.notify_peers]:
+            self._spawn(self._push(peer, value))
+        key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
+        fut = self._dht.store(key, value, expiration_time=ann.created_at + self.cfg.max_age_s,
                               subkey=self._validator.local_public_key, return_future=True)
         return bool(await fut)
 
-    def _lookup(self, swarm: str, round_: int, sha256: str) -> bytes | None:
+    async def _push(self, peer: str, value: bytes) -> None:
+        writer = None
+        try:
+            async def push() -> None:
+                nonlocal writer
+                _, _, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer), wire.NOTIFY_NAME)
+                await wire.write_frame(writer, value)
+            await asyncio.wait_for(push(), self.cfg.fetch_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the DHT copy is the fallback; a failed push costs nothing else
+            log.info("push to %s failed: %r", peer[:12], exc)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def _lookup(self, swarm: str, sha256: str) -> bytes | None:
         if swarm != self.cfg.swarm_id:
             return None
         with self._served_lock:
-            return self._served.get((round_, sha256))
+            found = self._served.get(sha256)
+        return found[0] if found and found[1] >= time.time() - self.cfg.max_age_s else None
 
     async def _handle_stream(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -196,45 +254,34 @@ class HivemindTransport:
         finally:
             writer.close()
 
-    # ------------------------------------------------------------------ gather (poll, fetch, hand out)
-
-    def _watch(self, rounds: list[int]) -> None:
-        with self.inbox.cond:
-            for r in rounds:
-                self._watched.pop(r, None)
-                self._watched[r] = None
-            newest = sorted(self._watched)[-self.cfg.watch_rounds:]
-            self._watched = {r: None for r in self._watched if r in newest}
-            self.inbox.forget_before(min(newest) - self.cfg.watch_rounds)
-        if self._loop is not None and not self._stopped.is_set():
-            self._loop.call_soon_threadsafe(self._wake.set)
-
-    def gather(self, rounds: list[int], timeout: float, min_peers: int | None) -> GatherResult:
-        started = time.monotonic()
-        rounds = list(dict.fromkeys(rounds))
-        if not rounds:
-            return GatherResult([], Counter(), [], None)
-        if self._stopped.is_set():
-            raise SwarmError("gather on a transport that was shut down")
-        self._watch(rounds)
-        with self.inbox.cond:
-            self._waiting.update(rounds)
+    async def _handle_notify(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            self.inbox.wait_until(rounds, min_peers, timeout, self.cfg.watch_rounds, self._stopped)
+            value = await asyncio.wait_for(wire.read_notification(reader), self.cfg.fetch_timeout_s)
+        except (asyncio.TimeoutError, ConnectionError, wire.FetchError) as exc:
+            self.inbox.drop("bad_announcement" if isinstance(exc, wire.FetchError) else "fetch_failed")
+            return
         finally:
-            with self.inbox.cond:
-                self._waiting.difference_update(rounds)
-        return self.inbox.take(rounds, started)
+            writer.close()
+        if self.inbox.offer(value, info.peer_id.to_base58(), now=time.time()):
+            self._wake.set()
+
+    # ------------------------------------------------------------------ take (poll, choose, fetch)
+
+    def take(self, min_records: int = 0, timeout: float = 0.0) -> Delivery:
+        if self._stopped.is_set():
+            raise SwarmError("take on a transport that was shut down")
+        return self.inbox.take(min_records, timeout, self._stopped)
+
+    def peers_seen(self) -> int:
+        return self.inbox.peers_seen()
 
     async def _poll_forever(self) -> None:
         tick = 0
         while True:
-            with self.inbox.cond:
-                due = [r for r in self._watched if r in self._waiting or tick % _BACKGROUND_EVERY == 0]
-            results = await asyncio.gather(*(self._poll_round(r) for r in due), return_exceptions=True)
-            for r, res in zip(due, results):
-                if isinstance(res, Exception):  # our bug, not a peer's: keep polling, but loudly
-                    log.error("polling round %d failed", r, exc_info=res)
+            try:
+                await self._poll_once(tick)
+            except Exception:  # our bug, not a peer's: keep polling, but loudly
+                log.exception("polling the swarm's announcements failed")
             tick += 1
             self._wake.clear()
             try:
@@ -242,31 +289,32 @@ class HivemindTransport:
             except asyncio.TimeoutError:
                 pass
 
-    async def _poll_round(self, round_: int) -> None:
-        key = rollouts_key(self.cfg.swarm_id, round_)
+    async def _poll_once(self, tick: int) -> None:
+        now = time.time()
+        current = window_of(now, self.cfg.window_s)
+        windows = [current] + ([current - 1] if tick % _PREVIOUS_EVERY == 0 else [])
+        windows += self._catch_up[:_CATCH_UP_PER_TICK]
+        del self._catch_up[:_CATCH_UP_PER_TICK]
+        shards = list(range(self.cfg.shards))
+        if self.cfg.read_shards is not None and self.cfg.read_shards < len(shards):
+            shards = random.sample(shards, self.cfg.read_shards)
+        keys = {rollouts_key(self.cfg.swarm_id, w, s): (w, s) for w in windows for s in shards}
         try:
-            found = await asyncio.wait_for(self._dht.get(key, latest=True, return_future=True), self.cfg.dht_timeout_s)
+            found = await asyncio.wait_for(
+                self._dht.run_coroutine(partial(_read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key),
+                                        return_future=True), self.cfg.dht_timeout_s)
         except Exception as exc:  # a DHT hiccup: the next tick retries
-            log.info("DHT get %s failed: %r", key, exc)
-            return
-        if found is None:
-            return
-        if not isinstance(found.value, dict):
-            process_announcement(self.inbox, round_=round_, subkey_peer=None, value=repr(found.value)[:64],
-                                 limits=self.limits)
-            return
-        for subkey, item in found.value.items():
-            signer = peer_id_of_subkey(subkey)
-            if signer == self.peer_id:
-                continue
-            ann = process_announcement(self.inbox, round_=round_, subkey_peer=signer,
-                                       value=getattr(item, "value", item), limits=self.limits)
-            if ann is not None:
-                task = asyncio.create_task(self._fetch(ann))
-                self._fetches.add(task)
-                task.add_done_callback(self._fetches.discard)
+            log.info("DHT read of %d keys failed: %r", len(keys), exc)
+            found = {}
+        for key, entries in found.items():
+            window, shard = keys[key]
+            for signer, value in entries:
+                if signer != self.peer_id:
+                    self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
+        for ann in self.inbox.choose(time.time()):
+            self._spawn(self._fetch(ann))
 
-    async def _fetch(self, ann) -> None:
+    async def _fetch(self, ann: Announcement) -> None:
         data, reason = None, "fetch_failed"
         async with self._fetch_slots:
             writer = None
@@ -275,22 +323,22 @@ class HivemindTransport:
                     nonlocal writer
                     _, reader, writer = await self._p2p.call_binary_stream_handler(
                         PeerID.from_base58(ann.peer), wire.HANDLER_NAME)
-                    return await wire.fetch_bundle(reader, writer, swarm=self.cfg.swarm_id, round_=ann.round,
-                                                   sha256=ann.sha256, nbytes=ann.nbytes)
+                    return await wire.fetch_bundle(reader, writer, swarm=self.cfg.swarm_id, sha256=ann.sha256,
+                                                   nbytes=ann.nbytes)
                 data = await asyncio.wait_for(fetch(), self.cfg.fetch_timeout_s)
             except wire.FetchError as exc:
                 reason = "digest_mismatch" if exc.reason == "digest_mismatch" else "fetch_failed"
-                log.info("fetch of %s round %d: %s", ann.peer[:12], ann.round, exc)
+                log.info("fetch of %s's bundle: %s", ann.peer[:12], exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # unreachable peer, daemon error, timeout: counted, never raised
-                log.info("fetch of %s round %d failed: %r", ann.peer[:12], ann.round, exc)
+                log.info("fetch of %s's bundle failed: %r", ann.peer[:12], exc)
             finally:
                 if writer is not None:
                     writer.close()
         try:  # decoding is CPU work: off the loop, so serving and polling go on meanwhile
             await asyncio.get_running_loop().run_in_executor(
-                None, settle_fetched, self.inbox, ann, data, self.cfg.swarm_id, self.limits, reason)
-        except Exception:  # a bug on our side; the bundle still settles, so no gather waits for it
-            log.exception("filing the bundle of %s round %d failed", ann.peer[:12], ann.round)
-            self.inbox.drop(ann.round, ann.peer, "internal_error")
+                None, self.inbox.settle_fetched, ann, data, self.cfg.swarm_id, reason)
+        except Exception:  # a bug on our side; the bundle still counts, so nothing waits for it
+            log.exception("filing the bundle of %s failed", ann.peer[:12])
+            self.inbox.drop("internal_error")

@@ -1,41 +1,33 @@
 """The in-memory twin of the hivemind transport, for unit tests: same encode/vet/decode path, no network.
 
-`InMemoryHub` stands in for the DHT plus every peer's served bytes; tests call it directly to
-forge announcements or serve malformed bytes. `InMemoryTransport` runs exactly the receive rules
-of swarm.transport, so what the unit tests prove about them holds for the real transport.
+`InMemoryHub` stands in for the DHT (one value per signer per key, the newest replacing the older)
+plus every peer's served bytes and the direct announcement pushes; tests call it directly to forge
+announcements or serve malformed bytes. `InMemoryTransport` runs exactly the receive rules and the
+fan-in choice of swarm.transport, so what the unit tests prove about them holds for the real
+transport. Nothing runs in the background: `take` polls, chooses and fetches in the caller's thread.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections.abc import Callable
 
-from protocols.codec import DEFAULT_CAPS, Caps, sha256_hex
+from protocols.codec import sha256_hex
+from protocols.keys import rollouts_key, shard_of, window_of, windows_back
 from protocols.records import RolloutRecord
-from swarm.transport import (
-    GatherResult,
-    Inbox,
-    Limits,
-    make_bundle,
-    process_announcement,
-    rollouts_key,
-    settle_fetched,
-)
+from swarm.transport import Delivery, Inbox, Limits, make_bundle
 
 
 class InMemoryHub:
-    """A stand-in for the DHT plus the peers' served bytes, shared by InMemoryTransports of one test.
-
-    ``announce`` takes the *signer* explicitly (the DHT proves it with a signature); tests call it
-    directly to forge announcements or serve malformed bytes.
-    """
+    """A stand-in for the DHT, the peers' served bytes and their direct pushes, shared by one test's transports."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._announcements: dict[str, dict[str | None, bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._gone: set[str] = set()
+        self._listeners: dict[str, InMemoryTransport] = {}
 
     def announce(self, key: str, signer: str | None, value: bytes) -> None:
         with self._lock:
@@ -53,54 +45,73 @@ class InMemoryHub:
         with self._lock:
             return None if peer in self._gone else self._blobs.get((peer, sha256))
 
+    def notify(self, to_peer: str, from_peer: str, value: bytes) -> None:
+        """A direct push: the receiver learns the sender's identity from the (authenticated) connection."""
+        with self._lock:
+            listener = None if to_peer in self._gone else self._listeners.get(to_peer)
+        if listener is not None:
+            listener.inbox.offer(value, from_peer, now=listener.clock())
+
+    def listen(self, transport: InMemoryTransport) -> None:
+        with self._lock:
+            self._listeners[transport.peer_id] = transport
+
     def disconnect(self, peer: str) -> None:
         """The peer is gone: its announcements stay (as in the DHT until expiry), its bytes do not."""
         with self._lock:
             self._gone.add(peer)
+            self._listeners.pop(peer, None)
 
 
 class InMemoryTransport:
-    """Transport over an InMemoryHub with the exact encode/vet/decode path of the real one."""
+    """Transport over an InMemoryHub with the exact encode/vet/choose/decode path of the real one."""
 
-    def __init__(self, hub: InMemoryHub, peer_id: str, swarm_id: str = "rlswarm", caps: Caps = DEFAULT_CAPS, *,
-                 max_records_per_peer_round: int = 256, max_bytes_per_peer_round: int = 16 << 20,
-                 watch_rounds: int = 8, poll_interval_s: float = 0.01):
+    def __init__(self, hub: InMemoryHub, peer_id: str, swarm_id: str = "rlswarm", limits: Limits | None = None, *,
+                 notify_peers: int = 8, poll_interval_s: float = 0.01, clock: Callable[[], float] = time.time):
         self.hub, self.peer_id, self.swarm_id = hub, peer_id, swarm_id
-        self.limits = Limits(caps, max_records_per_peer_round, max_bytes_per_peer_round)
-        self.watch_rounds, self.poll_interval_s = watch_rounds, poll_interval_s
-        self.inbox = Inbox()
+        self.limits = limits or Limits()
+        self.notify_peers, self.poll_interval_s, self.clock = notify_peers, poll_interval_s, clock
+        self.inbox = Inbox(self.limits)
         self._closed = threading.Event()
+        hub.listen(self)
 
-    def publish(self, round: int, records: list[RolloutRecord]) -> int:
+    def publish(self, records: list[RolloutRecord]) -> int:
         if self._closed.is_set():
             raise RuntimeError("publish on a transport that was shut down")
-        data, value, _ = make_bundle(self.peer_id, round, records)
+        lim = self.limits
+        data, value, ann = make_bundle(self.peer_id, records, now=self.clock(), window_s=lim.window_s)
         self.hub.serve(self.peer_id, data)
-        self.hub.announce(rollouts_key(self.swarm_id, round), self.peer_id, value)
+        self.hub.announce(rollouts_key(self.swarm_id, ann.window, shard_of(self.peer_id, lim.shards)),
+                          self.peer_id, value)
+        for peer in self.inbox.known_peers()[: self.notify_peers]:
+            self.hub.notify(peer, self.peer_id, value)
         return len(data)
 
-    def _poll(self, rounds: list[int]) -> None:
-        for r in rounds:
-            for signer, value in self.hub.announcements(rollouts_key(self.swarm_id, r)).items():
-                if signer == self.peer_id:
-                    continue
-                ann = process_announcement(self.inbox, round_=r, subkey_peer=signer, value=value, limits=self.limits)
-                if ann is not None:
-                    settle_fetched(self.inbox, ann, self.hub.fetch(ann.peer, ann.sha256), self.swarm_id, self.limits)
+    def poll(self) -> None:
+        """Read every recent window's announcements, choose within the fan-in budget, fetch."""
+        now, lim = self.clock(), self.limits
+        for window in windows_back(window_of(now, lim.window_s), lim.max_age_s, lim.window_s):
+            for shard in range(lim.shards):
+                for signer, value in self.hub.announcements(rollouts_key(self.swarm_id, window, shard)).items():
+                    if signer != self.peer_id:
+                        self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
+        for ann in self.inbox.choose(now):
+            self.inbox.settle_fetched(ann, self.hub.fetch(ann.peer, ann.sha256), self.swarm_id)
 
-    def gather(self, rounds: list[int], timeout: float, min_peers: int | None) -> GatherResult:
+    def take(self, min_records: int = 0, timeout: float = 0.0) -> Delivery:
         started = time.monotonic()
-        rounds = list(rounds)
-        if not rounds:
-            return GatherResult([], Counter(), [], None)
         deadline = started + max(0.0, timeout)
-        while True:
-            self._poll(rounds)
-            left = deadline - time.monotonic()
-            if left <= 0 or self.inbox.enough(rounds, min_peers, self.watch_rounds):
-                break
-            time.sleep(min(left, self.poll_interval_s))
-        return self.inbox.take(rounds, started)
+        self.poll()
+        while self.inbox.ready_count() < min_records and time.monotonic() < deadline:
+            time.sleep(min(deadline - time.monotonic(), self.poll_interval_s))
+            self.poll()
+        delivery = self.inbox.take(0, 0.0)
+        delivery.waited_s = time.monotonic() - started
+        return delivery
+
+    def peers_seen(self) -> int:
+        self.poll()
+        return self.inbox.peers_seen()
 
     def shutdown(self) -> None:
         self._closed.set()

@@ -1,35 +1,42 @@
-"""The transport interface the node calls, the receive-side rules every transport shares, and an
-in-memory twin for unit tests in swarm.memory (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md).
+"""The transport interface the node calls, and the receive-side rules every transport shares
+(docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–7). swarm.memory runs them without a network.
 
-A round's exchange, as seen by one node:
+The exchange, as seen by one node — by swarm time, never by round:
 
-    publish(r, records)  → encode one bundle, serve its bytes, announce {count, nbytes, sha256}
-                           under key "{swarm}/rollouts/{r}" with a subkey only this peer can sign
-    gather([r, …], T, k) → for each other peer's announcement of a requested round: vet it, fetch
-                           the bytes, check the digest, decode, filter; wait at most T seconds,
-                           or less once k other peers' bundles are *settled* (fetched or dropped)
-                           for every requested round
+    publish(records)      → encode one bundle, serve its bytes (for max_age_s), announce
+                            {window, count, nbytes, sha256, …} under the key of the current
+                            time window (protocols.keys), and push the same announcement to a
+                            few recently seen peers so they need not wait for their next poll
+    (in the background)   → read the recent windows' announcements, vet each one, keep the valid
+                            ones as fetch candidates, fetch a fair, bounded subset (at most
+                            `max_fetches_per_window` bundles per window of wall time, one peer's
+                            newest first, the peers with the fewest recent fetches first), check
+                            and decode what arrives
+    take(min_records, T)  → everything delivered since the last call; waits at most T seconds,
+                            and only while fewer than `min_records` records are ready
 
 Receive-side rules (identical for every transport, so unit tests on the twin cover them):
-
-- each bundle is handed out once: dedupe by (peer, round, sha256);
-- an announcement is vetted before any byte is fetched: the signer's peer id must equal the
-  announced peer (``forged``), its round the key's round, its size within ``caps`` (``too_large``,
-  ``too_many_records``) and within the per-peer-per-round quota (``quota``, cumulative over
-  re-announcements);
-- after the fetch: digest (``digest_mismatch``), bundle decode (codec reasons), then per record:
-  ``peer`` must be the signer (``forged``), ``swarm`` ours (``wrong_swarm``), ``round`` the
-  announced one (``wrong_round``).
-
-Bundle-level reasons count one per bundle; record-level reasons count one per record. Nothing
-here ever raises on peer data.
+- each bundle is fetched and handed out once: dedupe by (peer, sha256);
+- an announcement is vetted before any byte is fetched: the signer (the DHT subkey's key, or the
+  authenticated stream's peer) must be the announced peer (`forged`); its window must be the
+  key's window and agree with its `created_at`, its shard the publisher's (`bad_announcement`);
+  it must be younger than `max_age_s` (`stale_age`) and not from the future beyond the clock
+  skew (`future_timestamp`); its size within the caps (`too_large`, `too_many_records`) and
+  the peer's quota for that window (`quota`);
+- after the fetch: digest (`digest_mismatch`), bundle decode (codec reasons), the record count
+  against the announcement (`count_mismatch`), then per record: `peer` must be the signer
+  (`forged`), `swarm` ours (`wrong_swarm`).
+Bundle-level reasons count one per bundle; record-level reasons one per record. Announcements
+that were valid but never fetched because the fan-in budget was spent are counted apart
+(`skipped`): that is a choice, not a fault. Nothing here ever raises on peer data.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,77 +50,91 @@ from protocols.codec import (
     encode_bundle,
     sha256_hex,
 )
+from protocols.keys import WINDOW_S, shard_of, window_of
 from protocols.records import Announcement, RolloutRecord
+
+MAX_CANDIDATES_PER_PEER = 4  # a peer's newest valid announcements kept waiting for a fetch slot
 
 
 @dataclass
-class GatherResult:
-    """What one ``gather`` call returns.
+class Delivery:
+    """What one `take` returns: records delivered since the last call and the exchange's state."""
 
-    records: other peers' records not returned before; drops: reason → count for the requested
-    rounds (each drop reported once); peers: peer ids whose bundles were handed out in this call;
-    latency_s: seconds from the call until the last of those bundles had settled (0 when they had
-    settled before the call), None when no bundle was handed out.
-    """
-
-    records: list[RolloutRecord]
-    drops: Counter[str]
-    peers: list[str]
-    latency_s: float | None
+    records: list[RolloutRecord] = field(default_factory=list)
+    drops: Counter = field(default_factory=Counter)  # reason → count, each drop reported once
+    peers: list[str] = field(default_factory=list)  # peers whose bundles are in `records`
+    peers_seen: int = 0  # distinct peers with a valid announcement younger than max_age_s
+    skipped: int = 0  # valid announcements left unfetched: the fan-in budget was spent
+    bytes: int = 0  # bundle bytes downloaded since the last take
+    waited_s: float = 0.0  # how long this call waited
 
 
 class Transport(Protocol):
     peer_id: str
 
-    def publish(self, round: int, records: list[RolloutRecord]) -> int: ...  # wire bytes published
+    def publish(self, records: list[RolloutRecord]) -> int: ...  # wire bytes published
 
-    def gather(self, rounds: list[int], timeout: float, min_peers: int | None) -> GatherResult: ...
+    def take(self, min_records: int = 0, timeout: float = 0.0) -> Delivery: ...
+
+    def peers_seen(self) -> int: ...  # peers with a valid announcement younger than max_age_s
 
     def shutdown(self) -> None: ...
 
 
-def rollouts_key(swarm_id: str, round_: int) -> str:
-    """The DHT key of one round's announcements."""
-    return f"{swarm_id}/rollouts/{round_}"
-
-
 @dataclass(frozen=True)
 class Limits:
-    """What a receiver accepts: codec caps plus the per-peer-per-round quotas."""
+    """What a receiver accepts and how much it fetches."""
 
     caps: Caps = DEFAULT_CAPS
-    max_records_per_peer_round: int = 256
-    max_bytes_per_peer_round: int = 16 << 20
+    max_records_per_peer_window: int = 256  # quota: records one peer may deliver per window
+    max_bytes_per_peer_window: int = 16 << 20  # quota: wire bytes one peer may deliver per window
+    max_age_s: float = 600.0  # older announcements are neither fetched nor served
+    max_clock_skew_s: float = 120.0  # tolerated future timestamps from peers' clocks
+    window_s: float = WINDOW_S  # swarm-wide: length of an announcement window
+    shards: int = 4  # swarm-wide: keys one window's announcements are spread over
+    max_fetches_per_window: int = 16  # fan-in: bundles fetched per window_s of wall time, all peers together
 
 
-def make_bundle(peer: str, round_: int, records: list[RolloutRecord], policy_version: int | None = None
-                ) -> tuple[bytes, bytes, Announcement]:
-    """(bundle bytes, announcement bytes, announcement) for our own records of one round."""
+def make_bundle(peer: str, records: list[RolloutRecord], now: float | None = None,
+                window_s: float = WINDOW_S) -> tuple[bytes, bytes, Announcement]:
+    """(bundle bytes, announcement bytes, announcement) for our own records."""
+    now = time.time() if now is None else now
     data = encode_bundle(records)
-    version = policy_version if policy_version is not None else max((r.policy_version for r in records), default=0)
-    ann = Announcement(peer=peer, round=round_, count=len(records), nbytes=len(data), sha256=sha256_hex(data),
-                       policy_version=version, created_at=time.time())
+    version = max((r.policy_version for r in records), default=0)
+    ann = Announcement(peer=peer, window=window_of(now, window_s), count=len(records), nbytes=len(data),
+                       sha256=sha256_hex(data), policy_version=version, created_at=now)
     return data, encode_announcement(ann), ann
 
 
-def vet_announcement(value: object, signer: str | None, round_: int, limits: Limits) -> Announcement:
-    """The announcement ``value`` signed by ``signer`` under round ``round_``'s key, or RecordError(reason).
+def vet_announcement(value: object, signer: str | None, limits: Limits, *, now: float,
+                     key_window: int | None = None, key_shard: int | None = None) -> Announcement:
+    """The announcement `value` from `signer`, or RecordError(reason).
 
-    ``signer`` is the peer id bound to the signed subkey (None: not an owner subkey, i.e. unsigned).
+    `signer` is the peer id bound to the signed DHT subkey or to the authenticated stream (None:
+    nothing binds it). `key_window` / `key_shard`: the DHT key it was read under (None for a
+    direct notification, which has no key).
     """
     if signer is None:
         raise RecordError("forged", "announcement under a subkey that is not an [owner:<key>] marker")
     ann = decode_announcement(value)
     if ann.peer != signer:
         raise RecordError("forged", f"announcement names peer {ann.peer[:16]!r}, signed by {signer[:16]!r}")
-    if ann.round != round_:
-        raise RecordError("bad_announcement", f"announces round {ann.round} under round {round_}'s key")
+    if key_window is not None and ann.window != key_window:
+        raise RecordError("bad_announcement", f"announces window {ann.window} under window {key_window}'s key")
+    if key_shard is not None and shard_of(ann.peer, limits.shards) != key_shard:
+        raise RecordError("bad_announcement", "announced under another peer's shard")
+    if window_of(ann.created_at, limits.window_s) != ann.window:
+        raise RecordError("bad_announcement", "window does not match created_at")
+    if now - ann.created_at > limits.max_age_s:
+        raise RecordError("stale_age", f"{now - ann.created_at:.0f} s old")
+    if ann.created_at - now > limits.max_clock_skew_s:
+        raise RecordError("future_timestamp", f"{ann.created_at - now:.0f} s in the future")
     if ann.nbytes > limits.caps.max_compressed_bytes:
         raise RecordError("too_large", f"{ann.nbytes} bytes > cap {limits.caps.max_compressed_bytes}")
     if ann.count > limits.caps.max_records:
         raise RecordError("too_many_records", f"{ann.count} records > cap {limits.caps.max_records}")
-    if ann.count > limits.max_records_per_peer_round or ann.nbytes > limits.max_bytes_per_peer_round:
-        raise RecordError("quota", f"{ann.count} records / {ann.nbytes} bytes over the per-peer round quota")
+    if ann.count > limits.max_records_per_peer_window or ann.nbytes > limits.max_bytes_per_peer_window:
+        raise RecordError("quota", f"{ann.count} records / {ann.nbytes} bytes over the per-peer window quota")
     return ann
 
 
@@ -125,155 +146,175 @@ def open_bundle(data: bytes, ann: Announcement, swarm_id: str, limits: Limits) -
     if len(data) != ann.nbytes or sha256_hex(data) != ann.sha256:
         raise RecordError("digest_mismatch", "bundle bytes differ from the announcement")
     records, drops = decode_bundle(data, limits.caps)
-    if len(records) + sum(drops.values()) > limits.max_records_per_peer_round:
-        raise RecordError("quota", "more records than the per-peer round quota")
+    if len(records) + sum(drops.values()) != ann.count:
+        raise RecordError("count_mismatch", f"{len(records) + sum(drops.values())} records, announced {ann.count}")
     kept = []
     for rec in records:
         if rec.peer != ann.peer:
             drops["forged"] += 1
         elif rec.swarm != swarm_id:
             drops["wrong_swarm"] += 1
-        elif rec.round != ann.round:
-            drops["wrong_round"] += 1
         else:
             kept.append(rec)
     return kept, drops
 
 
 @dataclass
-class _Settled:
+class _Delivered:
     peer: str
     records: list[RolloutRecord]
-    at: float  # time.monotonic() when it settled
 
 
-@dataclass
 class Inbox:
-    """Thread-safe book of other peers' bundles per round: settled, not yet handed out, drops.
+    """Thread-safe book of the exchange: fetch candidates, fair fetch choice, delivered records, drops.
 
-    Writers (a fetch finishing, a drop) call ``settle``/``drop``; the synchronous ``gather`` calls
-    ``wait_until`` then ``take``. Each bundle key (peer, round, sha256) is claimed once, so it is
-    fetched, counted and handed out at most once.
+    Writers (a poll, a notification, a fetch finishing) call `offer`, `settle`, `drop`; the
+    transport asks `choose` what to fetch next; the node's `take` waits on it and empties it.
+    Every book is bounded: entries older than max_age_s are forgotten, candidates are capped
+    per peer.
     """
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    claimed: set = field(default_factory=set)
-    ready: dict[int, list[_Settled]] = field(default_factory=dict)
-    drops: dict[int, Counter] = field(default_factory=dict)
-    settled_peers: dict[int, set[str]] = field(default_factory=dict)
-    used: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # (peer, round) → (records, bytes)
+    def __init__(self, limits: Limits, rng: random.Random | None = None):
+        self.limits = limits
+        self.rng = rng or random.Random()
+        self.cond = threading.Condition()
+        self._seen: dict[tuple, float] = {}  # (peer, sha256) or announcement value → when first seen
+        self._candidates: dict[str, list[Announcement]] = {}  # peer → valid unfetched announcements, newest first
+        self._fetch_log: deque[tuple[float, str]] = deque()  # (start time, peer) of fetches within max_age_s
+        self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
+        self._peers: dict[str, float] = {}  # peer → created_at of its newest valid announcement
+        self._ready: list[_Delivered] = []
+        self._drops: Counter = Counter()
+        self._skipped = 0
+        self._bytes = 0  # bundle bytes fetched since the last take
 
-    def claim(self, key: tuple) -> bool:
-        """True the first time ``key`` is seen (the caller then owns processing it)."""
+    # -- writers ---------------------------------------------------------------------------
+    def offer(self, value: object, signer: str | None, *, now: float, key_window: int | None = None,
+              key_shard: int | None = None) -> bool:
+        """Vet one announcement; a valid new one becomes a fetch candidate. True when it did."""
+        marker = ("ann", signer, value if isinstance(value, (bytes, bytearray)) else repr(value)[:256])
         with self.cond:
-            if key in self.claimed:
+            if marker in self._seen:
                 return False
-            self.claimed.add(key)
+            self._seen[marker] = now
+        try:
+            ann = vet_announcement(value, signer, self.limits, now=now, key_window=key_window, key_shard=key_shard)
+        except RecordError as exc:
+            self.drop(exc.reason)
+            return False
+        with self.cond:
+            self._peers[ann.peer] = max(self._peers.get(ann.peer, 0.0), ann.created_at)
+            if (ann.peer, ann.sha256) in self._seen or ann.count == 0:  # an empty bundle: a hello, nothing to fetch
+                return False
+            self._seen[(ann.peer, ann.sha256)] = now
+            queue = self._candidates.setdefault(ann.peer, [])
+            queue.append(ann)
+            queue.sort(key=lambda a: -a.created_at)
+            self._skipped += len(queue[MAX_CANDIDATES_PER_PEER:])
+            del queue[MAX_CANDIDATES_PER_PEER:]
+            self.cond.notify_all()
             return True
 
-    def reserve(self, ann: Announcement, limits: Limits) -> bool:
-        """Book the announced size against the peer's round quota; False when it would exceed it."""
+    def settle(self, ann: Announcement, records: list[RolloutRecord], drops: Counter) -> None:
         with self.cond:
-            n, b = self.used.get((ann.peer, ann.round), (0, 0))
-            n, b = n + ann.count, b + ann.nbytes
-            if n > limits.max_records_per_peer_round or b > limits.max_bytes_per_peer_round:
-                return False
-            self.used[(ann.peer, ann.round)] = (n, b)
-            return True
-
-    def settle(self, round_: int, peer: str | None, records: list[RolloutRecord], drops: Counter) -> None:
-        """A bundle of ``peer`` for ``round_`` is done (``peer`` None: nobody to attribute it to)."""
-        with self.cond:
-            if drops:
-                self.drops.setdefault(round_, Counter()).update(drops)
-            if peer is not None:
-                self.settled_peers.setdefault(round_, set()).add(peer)
-                if records:
-                    self.ready.setdefault(round_, []).append(_Settled(peer, records, time.monotonic()))
+            self._drops.update(drops)
+            if records:
+                self._ready.append(_Delivered(ann.peer, records))
             self.cond.notify_all()
 
-    def drop(self, round_: int, peer: str | None, reason: str) -> None:
-        self.settle(round_, peer, [], Counter({reason: 1}))
-
-    def enough(self, rounds: list[int], min_peers: int | None, watch_rounds: int) -> bool:
-        """Whether ``min_peers`` other peers (None: every peer settled in the last ``watch_rounds``
-        rounds, or at least one when none has been seen) have settled bundles in every round."""
-        with self.cond:  # re-entrant
-            return self._enough(rounds, min_peers, watch_rounds)
-
-    def _enough(self, rounds: list[int], min_peers: int | None, watch_rounds: int) -> bool:
-        if min_peers is None:
-            lo = min(rounds) - watch_rounds
-            known = set().union(*(p for r, p in self.settled_peers.items() if lo <= r <= max(rounds)))
-            if not known:  # nobody seen yet: wait for the first peer of each round
-                return all(self.settled_peers.get(r) for r in rounds)
-            return all(known <= self.settled_peers.get(r, set()) for r in rounds)
-        return all(len(self.settled_peers.get(r, ())) >= min_peers for r in rounds)
-
-    def wait_until(self, rounds: list[int], min_peers: int | None, timeout: float, watch_rounds: int,
-                   stopped: threading.Event | None = None) -> None:
-        """Block until enough peers settled for every round, ``timeout`` passed, or ``stopped`` is set."""
-        deadline = time.monotonic() + max(0.0, timeout)
+    def drop(self, reason: str, count: int = 1) -> None:
         with self.cond:
-            while not self._enough(rounds, min_peers, watch_rounds) and not (stopped and stopped.is_set()):
+            self._drops[reason] += count
+            self.cond.notify_all()
+
+    def settle_fetched(self, ann: Announcement, data: bytes | None, swarm_id: str,
+                       fail_reason: str = "fetch_failed") -> None:
+        """Decode and file a fetched bundle (`data` None: the fetch failed with `fail_reason`)."""
+        if data is None:
+            self.drop(fail_reason)
+            return
+        with self.cond:
+            self._bytes += len(data)
+        try:
+            records, drops = open_bundle(data, ann, swarm_id, self.limits)
+        except RecordError as exc:
+            self.drop(exc.reason)
+            return
+        self.settle(ann, records, drops)
+
+    # -- the fan-in choice -----------------------------------------------------------------
+    def choose(self, now: float) -> list[Announcement]:
+        """Candidates to fetch now: at most max_fetches_per_window started per window_s of wall time; the
+        peer with the fewest fetches within max_age_s first (ties at random), each peer's newest first.
+        Chosen ones leave the candidates."""
+        lim = self.limits
+        with self.cond:
+            self._expire(now)
+            counts = Counter(p for _, p in self._fetch_log)  # fairness: fetches per peer within max_age_s
+            room = lim.max_fetches_per_window - sum(t > now - lim.window_s for t, _ in self._fetch_log)
+            chosen = []
+            while room > 0 and self._candidates:
+                peer = min(self._candidates, key=lambda p: (counts[p], self.rng.random()))
+                ann = self._candidates[peer].pop(0)
+                if not self._candidates[peer]:
+                    del self._candidates[peer]
+                used_n, used_b = self._quota.get((peer, ann.window), (0, 0))
+                if used_n + ann.count > lim.max_records_per_peer_window or used_b + ann.nbytes > lim.max_bytes_per_peer_window:
+                    self._drops["quota"] += 1
+                    continue
+                self._quota[(peer, ann.window)] = (used_n + ann.count, used_b + ann.nbytes)
+                self._fetch_log.append((now, peer))
+                counts[peer] += 1
+                room -= 1
+                chosen.append(ann)
+            return chosen
+
+    def _expire(self, now: float) -> None:
+        """Forget what is older than max_age_s (candidates so dropped count as skipped)."""
+        lim = self.limits
+        horizon = now - lim.max_age_s
+        while self._fetch_log and self._fetch_log[0][0] < horizon:
+            self._fetch_log.popleft()
+        for peer in list(self._candidates):
+            fresh = [a for a in self._candidates[peer] if a.created_at >= horizon]
+            self._skipped += len(self._candidates[peer]) - len(fresh)
+            if fresh:
+                self._candidates[peer] = fresh
+            else:
+                del self._candidates[peer]
+        self._seen = {k: t for k, t in self._seen.items() if t >= horizon - lim.max_clock_skew_s}
+        oldest_window = window_of(horizon, lim.window_s) - 1
+        self._quota = {k: v for k, v in self._quota.items() if k[1] >= oldest_window}
+        self._peers = {p: t for p, t in self._peers.items() if t >= horizon}
+
+    # -- the node's side -------------------------------------------------------------------
+    def ready_count(self) -> int:
+        with self.cond:
+            return sum(len(d.records) for d in self._ready)
+
+    def peers_seen(self) -> int:
+        with self.cond:
+            return len(self._peers)
+
+    def known_peers(self) -> list[str]:
+        """Peers with a valid announcement younger than max_age_s, most recently active first."""
+        with self.cond:
+            return sorted(self._peers, key=lambda p: -self._peers[p])
+
+    def take(self, min_records: int, timeout: float, stopped: threading.Event | None = None) -> Delivery:
+        """Everything delivered since the last call; waits (≤ timeout) only while fewer than `min_records` are ready."""
+        started = time.monotonic()
+        deadline = started + max(0.0, timeout)
+        with self.cond:
+            while sum(len(d.records) for d in self._ready) < min_records and not (stopped and stopped.is_set()):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return
-                self.cond.wait(min(left, 0.5))  # wakes at least every 0.5 s to see `stopped`
-
-    def take(self, rounds: list[int], started: float) -> GatherResult:
-        """Hand out (once) the settled records and drops of ``rounds``."""
-        records, peers, drops, last = [], [], Counter(), None
-        with self.cond:
-            for r in dict.fromkeys(rounds):
-                for s in self.ready.pop(r, []):
-                    records.extend(s.records)
-                    peers.append(s.peer)
-                    last = max(last or s.at, s.at)
-                drops.update(self.drops.pop(r, Counter()))
-        latency = None if last is None else max(0.0, last - started)
-        return GatherResult(records, drops, list(dict.fromkeys(peers)), latency)
-
-    def forget_before(self, round_: int) -> None:
-        """Drop bookkeeping of rounds older than ``round_`` (bounded memory over long runs)."""
-        with self.cond:
-            self.claimed = {k for k in self.claimed if k[1] >= round_}
-            for book in (self.ready, self.drops, self.settled_peers):
-                for r in [r for r in book if r < round_]:
-                    del book[r]
-            self.used = {k: v for k, v in self.used.items() if k[1] >= round_}
-
-
-def process_announcement(inbox: Inbox, *, round_: int, subkey_peer: str | None, value: object,
-                         limits: Limits) -> Announcement | None:
-    """Vet one (subkey, value) of round ``round_``; returns the announcement to fetch, or None.
-
-    None means: already seen, or dropped and counted in ``inbox`` (the peer's round settles).
-    """
-    if not inbox.claim(("ann", round_, subkey_peer, value if isinstance(value, bytes) else repr(value))):
-        return None
-    try:
-        ann = vet_announcement(value, subkey_peer, round_, limits)
-    except RecordError as exc:
-        inbox.drop(round_, subkey_peer, exc.reason)
-        return None
-    if not inbox.claim(("bundle", round_, ann.peer, ann.sha256)):
-        return None
-    if not inbox.reserve(ann, limits):
-        inbox.drop(round_, ann.peer, "quota")
-        return None
-    return ann
-
-
-def settle_fetched(inbox: Inbox, ann: Announcement, data: bytes | None, swarm_id: str, limits: Limits,
-                   fail_reason: str = "fetch_failed") -> None:
-    """Decode and file a fetched bundle (``data`` None: the fetch failed with ``fail_reason``)."""
-    if data is None:
-        inbox.drop(ann.round, ann.peer, fail_reason)
-        return
-    try:
-        records, drops = open_bundle(data, ann, swarm_id, limits)
-    except RecordError as exc:
-        inbox.drop(ann.round, ann.peer, exc.reason)
-        return
-    inbox.settle(ann.round, ann.peer, records, drops)
+                    break
+                self.cond.wait(min(left, 0.5))
+            ready, self._ready = self._ready, []
+            drops, self._drops = self._drops, Counter()
+            skipped, self._skipped = self._skipped, 0
+            nbytes, self._bytes = self._bytes, 0
+            return Delivery(records=[r for d in ready for r in d.records], drops=drops,
+                            peers=list(dict.fromkeys(d.peer for d in ready)), peers_seen=len(self._peers),
+                            skipped=skipped, bytes=nbytes, waited_s=time.monotonic() - started)

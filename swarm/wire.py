@@ -1,14 +1,17 @@
-"""Bundle transfer over one libp2p stream: framing, the serving side and the fetching side.
+"""Bundle transfer and announcement pushes over libp2p streams: framing, serving, fetching.
 
-Protocol (docs/PROTOCOL.md, "Transport"): the fetcher opens a stream to the publisher with the
-protocol id ``HANDLER_NAME`` and writes one request frame; the publisher answers with one header
-frame and, when the status is ``ok``, the bundle bytes as data frames of at most ``MAX_CHUNK``
-bytes, then closes the stream.
+Protocol (docs/PROTOCOL.md §6): the fetcher opens a stream to the publisher with the protocol
+id ``HANDLER_NAME`` and writes one request frame; the publisher answers with one header frame
+and, when the status is ``ok``, the bundle bytes as data frames of at most ``MAX_CHUNK`` bytes,
+then closes the stream. A publisher pushes a fresh announcement to a peer by opening a stream
+with ``NOTIFY_NAME`` and writing it as one frame (≤ ``MAX_ANNOUNCEMENT`` bytes); the receiver
+takes the sender's identity from the authenticated stream, never from the frame.
 
     frame    = u32 big-endian length ‖ payload
-    request  = msgpack {"v": 1, "swarm": str, "round": int, "sha256": str (64 hex)}   ≤ 4 KiB
-    header   = msgpack {"v": 1, "status": "ok" | "not_found" | "bad_request", "nbytes": int, "sha256": str}
+    request  = msgpack {"v": 2, "swarm": str, "sha256": str (64 hex)}                  ≤ 4 KiB
+    header   = msgpack {"v": 2, "status": "ok" | "not_found" | "bad_request", "nbytes": int, "sha256": str}
     data     = 1..MAX_CHUNK bytes each, until Σ len = nbytes
+    notify   = the announcement's msgpack bytes (the DHT value), one frame           ≤ 1 KiB
 
 Hazards handled here: a length prefix is checked against its limit *before* reading the payload
 (the peer controls it); the running total is checked against the announced size before each
@@ -25,8 +28,10 @@ from collections.abc import Callable
 
 import msgpack
 
-HANDLER_NAME = "/rlswarm/bundle/1"  # libp2p protocol id of the bundle stream handler
-WIRE_VERSION = 1
+HANDLER_NAME = "/rlswarm/bundle/2"  # libp2p protocol id of the bundle stream handler
+NOTIFY_NAME = "/rlswarm/notify/2"  # libp2p protocol id of the announcement push
+WIRE_VERSION = 2
+MAX_ANNOUNCEMENT = 1024  # an announcement is at most 1 KiB (protocols.codec.decode_announcement)
 MAX_CHUNK = 1 << 20  # one data frame; well under hivemind's 4 MiB message cap
 MAX_CONTROL = 4096  # request and header frames
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
@@ -57,21 +62,20 @@ async def read_frame(reader: asyncio.StreamReader, max_len: int, reason: str = "
         raise FetchError("stream_closed", f"after {len(exc.partial)} bytes of a frame") from exc
 
 
-def encode_request(swarm: str, round_: int, sha256: str) -> bytes:
-    return msgpack.packb({"v": WIRE_VERSION, "swarm": swarm, "round": round_, "sha256": sha256})
+def encode_request(swarm: str, sha256: str) -> bytes:
+    return msgpack.packb({"v": WIRE_VERSION, "swarm": swarm, "sha256": sha256})
 
 
-def decode_request(data: bytes) -> tuple[str, int, str]:
-    """(swarm, round, sha256) of a request frame; FetchError("bad_request") on anything else."""
+def decode_request(data: bytes) -> tuple[str, str]:
+    """(swarm, sha256) of a request frame; FetchError("bad_request") on anything else."""
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated exception types on garbage
         raise FetchError("bad_request", f"not msgpack: {exc}") from exc
     if not (isinstance(obj, dict) and obj.get("v") == WIRE_VERSION and isinstance(obj.get("swarm"), str)
-            and type(obj.get("round")) is int and obj["round"] >= 0
             and isinstance(obj.get("sha256"), str) and _SHA256_RE.fullmatch(obj["sha256"])):
         raise FetchError("bad_request", f"malformed request {obj!r:.200}")
-    return obj["swarm"], obj["round"], obj["sha256"]
+    return obj["swarm"], obj["sha256"]
 
 
 def encode_header(status: str, nbytes: int = 0, sha256: str = "") -> bytes:
@@ -89,17 +93,17 @@ def decode_header(data: bytes) -> tuple[str, int, str]:
     return obj["status"], obj["nbytes"], obj["sha256"]
 
 
-Lookup = Callable[[str, int, str], "bytes | None"]  # (swarm, round, sha256) -> bundle bytes or None
+Lookup = Callable[[str, str], "bytes | None"]  # (swarm, sha256) -> bundle bytes or None
 
 
 async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup) -> str:
     """Answer one request; returns the status sent. The caller bounds it with a timeout."""
     try:
-        swarm, round_, sha = decode_request(await read_frame(reader, MAX_CONTROL, "bad_request"))
+        swarm, sha = decode_request(await read_frame(reader, MAX_CONTROL, "bad_request"))
     except FetchError as exc:
         await write_frame(writer, encode_header("bad_request"))
         return exc.reason
-    data = lookup(swarm, round_, sha)
+    data = lookup(swarm, sha)
     if data is None:
         await write_frame(writer, encode_header("not_found"))
         return "not_found"
@@ -111,13 +115,13 @@ async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
 
 
 async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                       swarm: str, round_: int, sha256: str, nbytes: int) -> bytes:
-    """Request the bundle announced as (round, sha256, nbytes) and return its verified bytes.
+                       swarm: str, sha256: str, nbytes: int) -> bytes:
+    """Request the bundle announced as (sha256, nbytes) and return its verified bytes.
 
     Raises FetchError with reason not_served | size_mismatch | digest_mismatch | bad_header |
     bad_frame | stream_closed. ``nbytes`` must already be within the receiver's caps.
     """
-    await write_frame(writer, encode_request(swarm, round_, sha256))
+    await write_frame(writer, encode_request(swarm, sha256))
     status, got_nbytes, got_sha = decode_header(await read_frame(reader, MAX_CONTROL, "bad_header"))
     if status != "ok":
         raise FetchError("not_served", f"publisher answered {status!r}")
@@ -136,3 +140,8 @@ async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if hashlib.sha256(data).hexdigest() != sha256:
         raise FetchError("digest_mismatch", "bundle bytes do not hash to the announced sha256")
     return data
+
+
+async def read_notification(reader: asyncio.StreamReader) -> bytes:
+    """The one announcement frame of a push (its length checked before it is read)."""
+    return await read_frame(reader, MAX_ANNOUNCEMENT, "bad_announcement")

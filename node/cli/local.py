@@ -38,7 +38,8 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         shared = configs.count(path) > 1
         name = f"{base.name}-{i}" if shared or base.name in names else base.name
         names.add(name)
-        sets = [f"name={name}", "swarm.enabled=true", "metrics.console=false"]
+        sets = [f"name={name}", "swarm.enabled=true", "metrics.console=false",
+                f"swarm.start_with_peers={len(configs) - 1}"]  # start together; no lockstep after that
         if shared:
             sets += [f"seed={base.seed + i}", f"tasks.seed={base.tasks.seed + i}"]
         if base.federated is not None:  # one row of the Dirichlet split per node

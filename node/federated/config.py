@@ -42,6 +42,8 @@ class FederatedConfig(BaseModel):
     prox_mu: float = Field(0.01, ge=0, le=1e3, description="FedProx μ (used when algorithm = fedprox).")
     pubswap: PubSwapConfig = Field(default_factory=PubSwapConfig)
     split: SplitConfig = Field(default_factory=SplitConfig)
+    public_wait_s: float = Field(30.0, ge=0, le=3600, description=(
+        "Longest a public step waits for the other clients' responses to the same prompts."))
     average_timeout_s: float = Field(60.0, gt=0, le=3600, description="Longest wait for averaging partners (matchmaking).")
     matchmaking_time_s: float = Field(5.0, gt=0, le=600, description=(
         "How long the first peer at a boundary waits for the others (the group starts at once when all clients joined)."))

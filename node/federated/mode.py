@@ -3,10 +3,12 @@ rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
 
   private round   GRPO on B prompts drawn from this client's private set (a Dirichlet(α) share of
                   the task families, node.federated.split); nothing is published or gathered.
-  public round    (PubSwap, every τ_swap-th round) the same B public prompts on every node, drawn
-                  from the shared public set with a seed of (split seed, round); K responses each,
-                  published as ordinary rollout records of that round; each node builds its groups
-                  by the Balanced or Random rule (node.pubswap) from its own and peers' responses.
+  public round    (PubSwap, every τ_swap-th round) public step k: the same B public prompts on every
+                  node, drawn from the shared public set with a seed of (split seed, k); K responses
+                  each, published as ordinary rollout records whose `round` is k; each node builds
+                  its groups by the Balanced or Random rule (node.federated.pubswap) from its own
+                  and peers' responses to step k. k is the node's next step, or the newest step a
+                  peer has published when that is ahead: a client that lags or joins late catches up.
   average         after every τ-th round: FedIT averaging of the LoRA tensors (A and B separately)
                   with whichever peers join in time (swarm.averaging), optionally weighted by the
                   samples trained since the last average; on success the optimizer state is reset
@@ -60,11 +62,15 @@ class FederatedTasks(TaskSource):
         picks = rng.sample(self.private, n) if n <= len(self.private) else rng.choices(self.private, k=n)
         return [regenerate(self._ref(f, i, self.split.seed)) for f, i in picks]
 
-    def public(self, round_: int, n: int) -> list[Task]:
-        """The round's public prompts: the same on every node (seeded by split seed and round)."""
-        rng = random.Random(f"{self.split.seed}/public/{round_}")
+    def public(self, step: int, n: int) -> list[Task]:
+        """Public step `step`'s prompts: the same on every node (seeded by split seed and step index)."""
+        rng = random.Random(f"{self.split.seed}/public/{step}")
         picks = rng.sample(self.public_set, n) if n <= len(self.public_set) else rng.choices(self.public_set, k=n)
         return [regenerate(self._ref(f, i, self.split.seed + 1)) for f, i in picks]
+
+    def is_public(self, ref: TaskRef) -> bool:
+        """Whether a task is one of the shared public set's (its stream is split seed + 1)."""
+        return ref.seed == self.split.seed + 1
 
     def family_names(self) -> list[str]:
         names = [s.name for s in self.cfg.datasets]
@@ -141,6 +147,7 @@ class Federated:
             raise ValueError("federated mode averages LoRA adapters, but the model has no lora_ parameters")
         self.anchor = [t.detach().clone() for t in self.tensors]  # θ_round for FedProx
         self.samples = 0  # rows trained since the last averaging boundary
+        self.next_step = 0  # index of our next public step (PubSwap)
         self.averager = averager
         if self.averager is None and dht is not None:
             from swarm.averaging import AdapterAverager
@@ -152,6 +159,13 @@ class Federated:
 
     def public_round(self, round_: int) -> bool:
         return self.cfg.algorithm == "pubswap" and is_public_round(round_, self.cfg.pubswap.tau_swap)
+
+    def public_step(self, newest_seen: int | None) -> int:
+        """This public step's index: our next one, or the swarm's newest when peers are ahead (we catch
+        up instead of answering prompts nobody else answers any more)."""
+        step = self.next_step if newest_seen is None else max(self.next_step, newest_seen)
+        self.next_step = step + 1
+        return step
 
     def average_due(self, round_: int) -> bool:
         return (round_ + 1) % self.cfg.tau == 0

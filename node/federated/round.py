@@ -1,11 +1,12 @@
 """One round of a federated node (FedAvg-GRPO, FedProx, PubSwap): the same steps as node.round.loop.
 
-    1. tasks      private round: B items of this client's private set; public step (PubSwap,
-                  every τ_swap-th round): the B public prompts every client draws alike
+    1. tasks      private round: B items of this client's private set; public step k (PubSwap,
+                  every τ_swap-th round): the B public prompts of step k, alike on every client;
+                  k is our next step, or the newest step a peer published when that is ahead
     2. generate   G completions per prompt (K in the paper's notation)
     3. verify     our rewards and within-group advantages
     4. publish    public steps only: our responses go to the swarm; private rounds never leave the node
-    5. gather     public steps only: peers' responses to the same public prompts
+    5. receive    public steps only: peers' responses to step k (waits ≤ federated.public_wait_s)
     6. select     private: our informative groups; public: Balanced / Random groups (node.federated.pubswap)
     7–9. train    score, one step (FedProx adds μ/2·‖θ − θ_round‖²), sync
    10. average    every τ rounds: FedIT averaging of the LoRA adapters with whoever joins
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from node.federated.mode import build_public_groups
 from node.round.report import RoundOutcome, finish_round
-from node.round.steps import Gathered, gather, publish, train, verify
+from node.round.steps import publish, receive, train, verify
 from node.round.train import build_optimizer
 
 if TYPE_CHECKING:
@@ -28,29 +29,50 @@ if TYPE_CHECKING:
 
 def run_federated_round(node: Node, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    fed, g = node.federated, node.cfg.generation
-    public = fed.public_round(round_)
-    tasks = node.tasks.public(round_, g.prompts_per_round) if public else node.tasks.sample(round_, g.prompts_per_round)  # 1
+    body = public_step if node.federated.public_round(round_) else private_round
+    out = body(node, round_, started)  # 1–9
+    out.extra.update(average(node, round_, out.step.rows))  # 10
+    return finish_round(node, out)  # 11
+
+
+def private_round(node: Node, round_: int, started: float) -> RoundOutcome:
+    """B private items, our own groups only: nothing is published or gathered."""
+    g = node.cfg.generation
+    tasks = node.tasks.sample(round_, g.prompts_per_round)  # 1
     prompts = [node.prompt_of(t) for t in tasks]
     gen = node.generator.generate(prompts, n=g.group_size)  # 2
     local = verify(node, tasks, gen, round_)  # 3
-    extra: dict[str, Any] = {"public": public}
-    if public:
-        wire_bytes = publish(node, round_, local, prompts)  # 4
-        gathered = gather(node, round_)  # 5
-        selection, swap = build_public_groups(  # 6
-            local, gathered.groups, fed.cfg, own_id=node.peer_id, round_=round_, rng=node.selector.rng,
-            mode=node.cfg.train.advantage, drop_zero_advantage=node.cfg.select.drop_zero_advantage)
-        for reason, n in swap.drops.items():
-            gathered.drops[reason] = gathered.drops.get(reason, 0) + n
-        extra.update(swap.metrics())
-    else:
-        wire_bytes, gathered = 0, Gathered()
-        selection = node.selector.select(local)  # 6
+    selection = node.selector.select(local)  # 6
+    step = train(node, selection.groups, regularizer=node.federated.proximal())  # 7, 8, 9
+    return RoundOutcome(round_, started, local, gen, selection, step, extra={"public": False})
+
+
+def public_step(node: Node, round_: int, started: float) -> RoundOutcome:
+    """Public step k: every client answers the same public prompts and trains on a Balanced/Random group."""
+    fed, g = node.federated, node.cfg.generation
+    early = receive(node)  # 5a: peers' responses that arrived while we trained privately
+    k = fed.public_step(newest_public_step(node, early.groups))  # ours, or the swarm's if it is ahead
+    tasks = node.tasks.public(k, g.prompts_per_round)  # 1
+    prompts = [node.prompt_of(t) for t in tasks]
+    gen = node.generator.generate(prompts, n=g.group_size)  # 2
+    local = verify(node, tasks, gen, k)  # 3: groups and records carry the step index
+    wire_bytes = publish(node, k, local, prompts)  # 4
+    missing = g.prompts_per_round * (fed.cfg.split.clients - 1) - sum(x.round == k for x in early.groups)
+    gathered = early + receive(node, max(0, missing), fed.cfg.public_wait_s)  # 5b: the others' answers to k
+    selection, swap = build_public_groups(  # 6
+        local, gathered.groups, fed.cfg, own_id=node.peer_id, round_=k, rng=node.selector.rng,
+        mode=node.cfg.train.advantage, drop_zero_advantage=node.cfg.select.drop_zero_advantage)
+    for reason, n in swap.drops.items():
+        gathered.drops[reason] = gathered.drops.get(reason, 0) + n
     step = train(node, selection.groups, regularizer=fed.proximal())  # 7, 8, 9
-    extra.update(average(node, round_, step.rows))  # 10
-    return finish_round(node, RoundOutcome(round_, started, local, gen, selection, step,  # 11
-                                           wire_bytes=wire_bytes, gathered=gathered, extra=extra))
+    return RoundOutcome(round_, started, local, gen, selection, step, wire_bytes=wire_bytes, gathered=gathered,
+                        extra={"public": True, "public_step": k, **swap.metrics()})
+
+
+def newest_public_step(node: Node, groups: list) -> int | None:
+    """The newest public step a peer has published, among `groups` (None: none of them is public)."""
+    steps = [x.round for x in groups if node.tasks.is_public(x.task.ref)]
+    return max(steps, default=None)
 
 
 def average(node: Node, round_: int, rows: int) -> dict[str, Any]:

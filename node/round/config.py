@@ -40,18 +40,17 @@ class SelectConfig(BaseModel):
         True, description="Skip groups whose completions all got the same reward."
     )
     pool_size: int = Field(
-        512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool."
+        512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool (oldest out first)."
     )
+
 
 class IngestConfig(BaseModel):
-    """Which peers' records are fresh enough to learn from (HeteroRL staleness window)."""
+    """Which peers' records are fresh enough to learn from: by age in swarm time, never by round."""
 
     model_config = ConfigDict(extra="forbid")
-    max_staleness_rounds: int = Field(
-        4, ge=0, le=10_000, description="Drop records from rounds older than this many rounds."
-    )
     max_age_s: float = Field(
-        600.0, gt=0, le=1e7, description="Drop records created longer ago than this (seconds)."
+        600.0, gt=0, le=1e7, description="Drop records created longer ago than this (seconds); pooled "
+        "peers' groups older than this are never selected."
     )
     max_clock_skew_s: float = Field(
         120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."

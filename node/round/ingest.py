@@ -1,6 +1,6 @@
 """Turn peers' records into verified groups, trusting nothing but the TaskRef (docs/ARCHITECTURE.md §4).
 
-For every external record this node: checks staleness, regenerates the task from its TaskRef
+For every external record this node: checks its age (swarm time, never rounds), regenerates the task from its TaskRef
 (allow-listed datasets/configs only), checks the sender's prompt contains the regenerated
 question, decides whether the sender's token ids and per-token μ apply (same tokenizer
 fingerprint) or only the text does (docs/ARCHITECTURE.md §6), re-scores every completion with its own
@@ -32,7 +32,6 @@ def ingest(
     *,
     tasks: TaskSource,
     cfg: IngestConfig,
-    round_: int,
     own_fingerprint: str,
     own_vocab_size: int,
     advantage_mode: str = "std",
@@ -42,7 +41,7 @@ def ingest(
     groups: list[Group] = []
     drops: Counter[str] = Counter()
     for rec in records:
-        reason = _stale(rec, cfg, round_, now) or _malformed(rec, cfg)
+        reason = _stale(rec, cfg, now) or _malformed(rec, cfg)
         if reason:
             drops[reason] += 1
             continue
@@ -74,9 +73,7 @@ def ingest(
     return IngestResult(groups, drops)
 
 
-def _stale(rec: RolloutRecord, cfg: IngestConfig, round_: int, now: float) -> str | None:
-    if round_ - rec.round > cfg.max_staleness_rounds:
-        return "stale_round"
+def _stale(rec: RolloutRecord, cfg: IngestConfig, now: float) -> str | None:
     if now - rec.created_at > cfg.max_age_s:
         return "stale_age"
     if rec.created_at - now > cfg.max_clock_skew_s:

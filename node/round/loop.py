@@ -4,7 +4,8 @@
     2. generate   G completions per prompt, with per-token sampling logprobs μ
     3. verify     rewards from our verifier, advantages within each group
     4. publish    our groups go to the swarm (if one is configured)
-    5. gather     peers' groups: regenerated, re-verified, advantages recomputed here
+    5. gather     peers' groups delivered since the last round (no lockstep): regenerated,
+                  re-verified, advantages recomputed here
     6. select     SAPO: I local + J external informative groups
     7. score      π_θ on every selected completion, in our tokenization
     8. step       pluggable loss, micro-batches, one optimizer step
@@ -36,7 +37,7 @@ def run_round(node: Node, round_: int) -> dict[str, Any]:
     gen = node.generator.generate(prompts, n=g.group_size)  # 2
     local = verify(node, tasks, gen, round_)  # 3
     wire_bytes = publish(node, round_, local, prompts)  # 4
-    gathered = gather(node, round_)  # 5
+    gathered = gather(node)  # 5
     selection = node.selector.select(local, gathered.groups)  # 6
     step = train(node, selection.groups)  # 7, 8, 9
     return finish_round(node, RoundOutcome(round_, started, local, gen, selection, step,  # 10

@@ -66,10 +66,32 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
         "step_s": step.seconds,
         "round_s": round_s,
-        "gather_s": out.gathered.latency_s,
+        "gather_s": out.gathered.waited_s,
         "wire_bytes": out.wire_bytes,
+        "bytes_downloaded": out.gathered.bytes,
+        "peers_seen": out.gathered.peers_seen,
+        "fanin_skipped": out.gathered.skipped,
+        "pool_size": len(node.selector.pool),
+        "pool_aged_out": out.gathered.too_old,
+        "peer_groups_note": peer_groups_note(out, node.cfg.select.external_groups),
         "drops": out.gathered.drops,
         "time": time.time(),
         **step.metrics,
         **out.extra,
     }
+
+
+def peer_groups_note(out: RoundOutcome, wanted: int) -> str | None:
+    """Why a round that wanted peers' groups trained on none (None when it used some or wants none)."""
+    g = out.gathered
+    if out.selection.external or not wanted or g.waited_s is None or out.extra.get("public") is not None:
+        return None
+    if g.peers_seen == 0:
+        return "no peers seen"
+    if g.groups and not any(x.informative for x in g.groups):
+        return "no informative peer groups (all rewards equal)"
+    if g.drops and not g.groups:
+        return "all dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(g.drops.items()))
+    if g.too_old and not g.groups:
+        return "all too old"
+    return "none arrived yet"

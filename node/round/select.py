@@ -34,6 +34,10 @@ class SapoSelector:
         self.pool.extend(groups)
         del self.pool[: max(0, len(self.pool) - self.cfg.pool_size)]  # oldest first out
 
+    def usable(self) -> int:
+        """Pooled groups `select` could draw (informative ones when zero-advantage groups are dropped)."""
+        return sum(g.informative for g in self.pool) if self.cfg.drop_zero_advantage else len(self.pool)
+
     def prune(self, keep) -> int:
         """Remove pooled groups for which `keep(group)` is False; returns how many."""
         before = len(self.pool)

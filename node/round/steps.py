@@ -4,12 +4,15 @@ Each step takes the node and returns a typed value; none of them decides what ki
 
   verify   our verifier's rewards and within-group advantages for freshly generated groups
   publish  our groups as wire records to the swarm (0 bytes without a swarm)
-  gather   peers' groups: vetted by the transport, regenerated and re-verified here (ingest)
+  gather   peers' groups delivered since the last round (never lockstep): vetted by the transport,
+           regenerated and re-verified here (ingest)
   train    score the selected groups under π_θ, one optimizer step, new weights into the generator
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,11 +29,22 @@ if TYPE_CHECKING:
 
 @dataclass
 class Gathered:
-    """Peers' groups accepted this round, what was dropped (reason → count) and how long we waited."""
+    """Peers' groups accepted this round and the state of the exchange behind them."""
 
-    groups: list[Group] = field(default_factory=list)
-    drops: dict[str, int] = field(default_factory=dict)
-    latency_s: float | None = None  # None: nothing arrived (or no swarm)
+    groups: list[Group] = field(default_factory=list)  # verified here, added to the pool
+    drops: dict[str, int] = field(default_factory=dict)  # reason → records or bundles dropped
+    waited_s: float | None = None  # how long the round waited for them (None: no swarm)
+    peers_seen: int = 0  # peers with a valid announcement younger than swarm.max_age_s
+    skipped: int = 0  # valid announcements not fetched: the fan-in budget was spent
+    bytes: int = 0  # bundle bytes downloaded since the last round
+    too_old: int = 0  # pooled groups that aged out unused (ingest.max_age_s)
+
+    def __add__(self, other: Gathered) -> Gathered:
+        drops = Counter(self.drops)
+        drops.update(other.drops)
+        waited = None if self.waited_s is None and other.waited_s is None else (self.waited_s or 0) + (other.waited_s or 0)
+        return Gathered(self.groups + other.groups, dict(drops), waited, max(self.peers_seen, other.peers_seen),
+                        self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old)
 
 
 def verify(node: Node, tasks: list[Task], gen: GenerationResult, round_: int) -> list[Group]:
@@ -46,25 +60,41 @@ def publish(node: Node, round_: int, groups: list[Group], prompts: list[str]) ->
     """Wire bytes of the bundle we published (0 without a swarm)."""
     if node.transport is None:
         return 0
-    return node.transport.publish(round_, to_records(node, round_, groups, prompts))
+    return node.transport.publish(to_records(node, round_, groups, prompts))
 
 
-def gather(node: Node, round_: int) -> Gathered:
-    """Peers' groups for this round (bounded wait) and late ones from the staleness window."""
+def gather(node: Node) -> Gathered:
+    """Peers' groups delivered since the last round: regenerated, re-verified, recomputed here.
+
+    Never lockstep: the round takes what has arrived. It waits (at most swarm.wait_s) only while
+    the pool holds fewer than select.external_groups usable groups, and never when no peer
+    has been seen (a node alone in a swarm does not wait). Pooled groups older than
+    ingest.max_age_s are pruned first.
+    """
     if node.transport is None:
         return Gathered()
-    sw = node.cfg.swarm
-    now = node.transport.gather([round_], timeout=sw.gather_timeout_s, min_peers=sw.gather_min_peers)
-    window = range(max(0, round_ - node.cfg.ingest.max_staleness_rounds), round_)
-    late = node.transport.gather(list(window), timeout=0.0, min_peers=0) if len(window) else None
-    records = now.records + (late.records if late else [])
-    drops = now.drops + (late.drops if late else type(now.drops)())
-    result = ingest(records, tasks=node.tasks, cfg=node.cfg.ingest, round_=round_,
-                    own_fingerprint=node.fingerprint, own_vocab_size=node.vocab_size,
-                    advantage_mode=node.cfg.train.advantage)
+    cfg = node.cfg
+    horizon = time.time() - cfg.ingest.max_age_s
+    too_old = node.selector.prune(lambda g: g.created_at >= horizon)
+    missing = max(0, cfg.select.external_groups - node.selector.usable())
+    wait = cfg.swarm.wait_s if missing and node.transport.peers_seen() else 0.0
+    gathered = receive(node, missing if wait else 0, wait)
+    gathered.too_old = too_old
+    return gathered
+
+
+def receive(node: Node, min_records: int = 0, timeout: float = 0.0) -> Gathered:
+    """What the transport delivered (waiting ≤ timeout while fewer than min_records), through ingest."""
+    if node.transport is None:
+        return Gathered()
+    cfg = node.cfg
+    delivery = node.transport.take(min_records=min_records, timeout=timeout)
+    result = ingest(delivery.records, tasks=node.tasks, cfg=cfg.ingest, own_fingerprint=node.fingerprint,
+                    own_vocab_size=node.vocab_size, advantage_mode=cfg.train.advantage)
+    drops = Counter(delivery.drops)
     drops.update(result.drops)
-    node.selector.prune(lambda g: round_ - g.round <= node.cfg.ingest.max_staleness_rounds)
-    return Gathered(result.groups, dict(drops), now.latency_s)
+    return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
+                    delivery.bytes)
 
 
 def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:

@@ -132,7 +132,7 @@ def test_swarm_local_runs_the_pubswap_example_end_to_end(tmp_path):
 
     sets = ["model.spec=tiny-qwen2", "federated.tau=2", "federated.matchmaking_time_s=4",
             "generation.prompts_per_round=2", "generation.group_size=4", "generation.max_new_tokens=8",
-            "eval.every=0", "select.drop_zero_advantage=false", "swarm.gather_min_peers=2"]
+            "eval.every=0", "select.drop_zero_advantage=false"]
     cmd = [sys.executable, "-m", "node.cli", "local", "--nodes", "3", "--config",
            "examples/federated/pubswap-balanced.yaml", "--rounds", "2", "--out", str(tmp_path)]
     proc = subprocess.run(cmd + [a for s in sets for a in ("--set", s)], capture_output=True, text=True,

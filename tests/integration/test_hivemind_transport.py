@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from protocols.codec import encode_announcement, encode_bundle, sha256_hex
+from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.records import (
     Announcement,
     Completion,
@@ -26,6 +27,7 @@ from swarm.config import SwarmConfig
 from swarm.dht import BootstrapUnreachable
 from swarm.hivemind_transport import HivemindTransport
 from swarm.identity import load_or_create_identity, peer_id_of_key
+from swarm.transport import Delivery
 from tests.integration.conftest import peer_config
 
 pytestmark = pytest.mark.integration
@@ -50,33 +52,54 @@ def _cfg(initial_peers: list[str], **kw) -> SwarmConfig:
     return peer_config(initial_peers, **{**SWARM3_CONFIG, **kw})
 
 
-def _rogue_publish(rogue: HivemindTransport, round_: int, data: bytes, **overrides) -> None:
-    """Serve ``data`` from ``rogue`` and announce it under rogue's signed subkey (fields overridable)."""
-    sha = sha256_hex(data)
-    ann = Announcement(**{"peer": rogue.peer_id, "round": round_, "count": 1, "nbytes": len(data), "sha256": sha,
-                          "policy_version": 0, "created_at": time.time(), **overrides})
+def _rogue_publish(rogue: HivemindTransport, data: bytes, **overrides) -> None:
+    """Serve `data` from `rogue` and announce it under rogue's signed subkey and shard (fields overridable)."""
+    sha, now = sha256_hex(data), time.time()
+    ann = Announcement(**{"peer": rogue.peer_id, "window": window_of(now, rogue.cfg.window_s), "count": 1,
+                          "nbytes": len(data), "sha256": sha, "policy_version": 0, "created_at": now, **overrides})
     with rogue._served_lock:
-        rogue._served[(round_, sha)] = data
-    assert rogue._call(rogue._store(round_, encode_announcement(ann)), 10)
+        rogue._served[sha] = (data, now)
+    assert rogue._call(_store_raw(rogue, encode_announcement(ann)), 10)
 
 
-def test_every_peer_gathers_the_others_records(swarm3):
+async def _store_raw(t: HivemindTransport, value: bytes) -> bool:
+    key = rollouts_key(t.cfg.swarm_id, window_of(time.time(), t.cfg.window_s), shard_of(t.peer_id, t.cfg.shards))
+    return bool(await t._dht.store(key, value, expiration_time=time.time() + 60,
+                                   subkey=t._validator.local_public_key, return_future=True))
+
+
+def _take_until(t: HivemindTransport, done, timeout: float = 30.0) -> Delivery:
+    """Accumulate deliveries until `done(delivery)` holds or `timeout` passes."""
+    total = Delivery()
+    deadline = time.monotonic() + timeout
+    while True:
+        d = t.take(min_records=1, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        total.records += d.records
+        total.drops.update(d.drops)
+        total.peers += [p for p in d.peers if p not in total.peers]
+        total.skipped += d.skipped
+        if done(total) or time.monotonic() >= deadline:
+            return total
+
+
+def test_every_peer_gets_the_others_records_once(swarm3):
     _, peers = swarm3
-    for i, p in enumerate(peers):
-        p.publish(0, [_record(p.peer_id, 0, i), _record(p.peer_id, 0, i + 10)])
     for p in peers:
-        got = p.gather([0], timeout=20.0, min_peers=2)
-        others = [q for q in peers if q is not p]
-        assert sorted(got.peers) == sorted(q.peer_id for q in others)
+        p.take()  # what earlier tests left behind
+    for i, p in enumerate(peers):
+        p.publish([_record(p.peer_id, 0, i), _record(p.peer_id, 0, i + 10)])
+    for p in peers:
+        got = _take_until(p, lambda d: len(d.records) >= 4)
         expected = [_record(q.peer_id, 0, j) for k, q in enumerate(peers) if q is not p for j in (k, k + 10)]
         key = lambda r: (r.peer, r.task.index)  # noqa: E731
         assert sorted(got.records, key=key) == sorted(expected, key=key)
         assert got.drops == Counter()
-        assert p.gather([0], timeout=0.0, min_peers=0).records == []  # each bundle once
+        assert p.take(timeout=1.0).records == []  # each bundle once
 
 
 def test_bundle_over_one_megabyte_round_trips(swarm3):
     _, (a, b, _) = swarm3
+    b.take()
     rng = random.Random(0)
     # 8 records × 16 completions × 4096 tokens = 524288 tokens; random ids (9 bits of entropy in a uint16) and
     # random f16-exact logprobs (k/64, 10 bits in an f16) leave zstd ≈ 19 bits a token: ≈ 1.2 MB
@@ -84,47 +107,80 @@ def test_bundle_over_one_megabyte_round_trips(swarm3):
         Completion(f"text {i}.{j}", tuple(rng.randrange(512) for _ in range(4096)),
                    tuple(-rng.randrange(1024) / 64 for _ in range(4096)), "length") for j in range(16)))
         for i in range(8)]
-    nbytes = a.publish(1, recs)
+    nbytes = a.publish(recs)
     assert nbytes > 1 << 20
-    got = b.gather([1], timeout=30.0, min_peers=1)
+    got = _take_until(b, lambda d: len(d.records) >= 8)
     assert got.drops == Counter() and [r.peer for r in got.records] == [a.peer_id] * 8
     assert sorted(got.records, key=lambda r: r.task.index) == recs
 
 
 def test_hostile_bundles_are_dropped_and_good_records_still_arrive(swarm3):
     maddrs, (a, b, _) = swarm3
-    rogue = HivemindTransport(cfg=_cfg(maddrs[:1]))
+    rogue = HivemindTransport(cfg=_cfg(maddrs[:1], notify_peers=0))
     try:
-        rounds = [10, 11, 12, 13, 14, 15]
-        for r in rounds:
-            b.publish(r, [_record(b.peer_id, r)])
-        _rogue_publish(rogue, 10, b"\x28\xb5\x2f\xfd garbage")  # zstd magic, then nonsense
-        _rogue_publish(rogue, 11, b"x" * 100, nbytes=64 << 20)  # announces 64 MiB > 16 MiB cap: never fetched
-        _rogue_publish(rogue, 12, encode_bundle([_record(b.peer_id, 12)]))  # a record in b's name
-        _rogue_publish(rogue, 13, encode_bundle([_record(rogue.peer_id, 13)]), count=300)  # > 256 records quota
-        _rogue_publish(rogue, 14, encode_bundle([_record(rogue.peer_id, 14)]), peer=b.peer_id)  # forged announcement
-        oversized = encode_announcement(Announcement(rogue.peer_id, 15, 1, 10, "0" * 64, 0, time.time()))
-        assert rogue._call(rogue._store(15, oversized + b"\x00" * 2000), 10)  # > 1 KiB value: refused unparsed
-        got = a.gather(rounds, timeout=20.0, min_peers=2)
-        assert sorted(got.records, key=lambda r: r.round) == [_record(b.peer_id, r) for r in rounds]
-        assert got.drops == Counter({"zstd": 1, "too_large": 1, "forged": 2, "quota": 1, "bad_announcement": 1})
+        a.take()
+        lies = [
+            (b"\x28\xb5\x2f\xfd garbage", {}),  # zstd magic, then nonsense
+            (b"x" * 100, {"nbytes": 64 << 20}),  # announces 64 MiB > 16 MiB cap: never fetched
+            (encode_bundle([_record(b.peer_id, 12)]), {}),  # a record in b's name
+            (encode_bundle([_record(rogue.peer_id, 13)]), {"count": 300}),  # > 256 records quota
+            (encode_bundle([_record(rogue.peer_id, 14)]), {"peer": b.peer_id}),  # forged announcement
+            (encode_bundle([_record(rogue.peer_id, 15)] * 2), {}),  # announces 1 record, ships 2
+        ]
+        drops, records = Counter(), []
+        for data, over in lies:  # one value per subkey per key: each lie replaces the last, so one at a time
+            _rogue_publish(rogue, data, **over)
+            got = _take_until(a, lambda d: sum(d.drops.values()) >= 1, timeout=20)
+            drops.update(got.drops)
+            records += got.records
+        b.publish([_record(b.peer_id, 10)])
+        records += _take_until(a, lambda d: len(d.records) >= 1, timeout=20).records
+        assert records == [_record(b.peer_id, 10)]
+        assert drops == Counter({"zstd": 1, "too_large": 1, "forged": 2, "quota": 1, "count_mismatch": 1})
     finally:
         rogue.shutdown()
 
 
-def test_peer_gone_after_announcing_does_not_stall_gather(swarm3):
+def test_peer_gone_after_announcing_does_not_stall_a_round(swarm3):
     maddrs, (a, b, _) = swarm3
+    a.take()
     doomed = HivemindTransport(cfg=_cfg(maddrs[:1]))
-    doomed.publish(20, [_record(doomed.peer_id, 20)])
+    doomed.publish([_record(doomed.peer_id, 20)])
     doomed.shutdown()  # the announcement stays in the DHT; the bytes are gone
-    b.publish(20, [_record(b.peer_id, 20)])
-    timeout = 6.0
+    b.publish([_record(b.peer_id, 20)])
+    got = _take_until(a, lambda d: d.records and d.drops.get("fetch_failed"), timeout=20)
+    assert [r.peer for r in got.records] == [b.peer_id] and got.drops == Counter({"fetch_failed": 1})
     start = time.monotonic()
-    got = a.gather([20], timeout=timeout, min_peers=3)  # asks for one more peer than exists
-    elapsed = time.monotonic() - start
-    assert elapsed < timeout + 2.0
-    assert [r.peer for r in got.records] == [b.peer_id]
-    assert got.drops == Counter({"fetch_failed": 1})
+    assert a.take(min_records=1, timeout=3.0).records == []  # nobody is waited for beyond the bound
+    assert time.monotonic() - start < 5.0
+
+
+def test_a_late_joiner_receives_what_was_published_before_it_started(swarm3):
+    maddrs, (a, _, _) = swarm3
+    a.publish([_record(a.peer_id, 40, 40)])
+    time.sleep(1.0)
+    late = HivemindTransport(cfg=_cfg(maddrs[:1]))
+    try:
+        got = _take_until(late, lambda d: any(r.round == 40 for r in d.records), timeout=30)
+        assert any(r.peer == a.peer_id and r.round == 40 for r in got.records)
+    finally:
+        late.shutdown()
+
+
+def test_a_push_makes_a_bundle_visible_before_the_next_poll(swarm3):
+    maddrs, (a, _, _) = swarm3
+    slow = HivemindTransport(cfg=_cfg(maddrs[:1], poll_interval_s=30.0))  # polls the DHT every 30 s only
+    try:
+        slow.publish([_record(slow.peer_id, 50)])
+        _take_until(a, lambda d: any(r.peer == slow.peer_id for r in d.records), timeout=30)  # a has seen slow
+        time.sleep(1.0)
+        _take_until(slow, lambda d: False, timeout=0.1)
+        start = time.monotonic()
+        a.publish([_record(a.peer_id, 51, 51)])  # pushed to slow: a saw slow's announcement
+        got = _take_until(slow, lambda d: any(r.round == 51 for r in d.records), timeout=20)
+        assert any(r.round == 51 for r in got.records) and time.monotonic() - start < 10.0
+    finally:
+        slow.shutdown()
 
 
 def test_restart_with_same_identity_keeps_peer_id(swarm3, tmp_path):
@@ -139,8 +195,9 @@ def test_restart_with_same_identity_keeps_peer_id(swarm3, tmp_path):
     second = HivemindTransport(cfg=_cfg(maddrs[:1], identity_path=path))
     try:
         assert second.peer_id == pid
-        second.publish(30, [_record(pid, 30)])
-        assert a.gather([30], timeout=20.0, min_peers=1).records == [_record(pid, 30)]
+        second.publish([_record(pid, 30)])
+        got = _take_until(a, lambda d: any(r.round == 30 for r in d.records))
+        assert [r for r in got.records if r.round == 30] == [_record(pid, 30)]
     finally:
         second.shutdown()
 

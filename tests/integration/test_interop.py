@@ -27,8 +27,21 @@ pytestmark = pytest.mark.integration
 
 # ---------------------------------------------------------------- the third-party client (PROTOCOL.md only)
 
-PROTOCOL_ID = "/rlswarm/bundle/1"  # §6
-MAX_CONTROL, MAX_CHUNK = 4096, 1 << 20  # §6 frame limits
+PROTOCOL_ID = "/rlswarm/bundle/2"  # §6.1
+MAX_CONTROL, MAX_CHUNK = 4096, 1 << 20  # §6.1 frame limits
+WINDOW_S, SHARDS = 10.0, 4  # §1: the swarm's defaults
+
+
+def window_of(t: float) -> int:  # §5
+    return int(t // WINDOW_S)
+
+
+def shard_of(peer_id: str) -> int:  # §5
+    return int.from_bytes(hashlib.sha256(peer_id.encode()).digest()[:8], "big") % SHARDS
+
+
+def key_of(swarm: str, window: int, shard: int) -> str:  # §5
+    return f"{swarm}/rollouts/w{window}/s{shard}"
 
 
 async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
@@ -57,21 +70,23 @@ class ThirdPartyClient:
         self.peer_id = self.dht.peer_id.to_base58()
         self.served: dict[str, bytes] = {}
 
-    def announcements(self, round_: int) -> list[dict]:
-        """§5: every signed announcement under "{swarm}/rollouts/{round}"."""
-        found = self.dht.get(f"{self.swarm}/rollouts/{round_}", latest=True)
-        if found is None:
-            return []
-        return [msgpack.unpackb(item.value, raw=False) for subkey, item in found.value.items()
-                if isinstance(subkey, bytes) and subkey.startswith(b"[owner:")]
+    def announcements(self) -> list[dict]:
+        """§5: every signed announcement of the current and the previous window, all shards."""
+        now, out = window_of(time.time()), []
+        for window in (now, now - 1):
+            for shard in range(SHARDS):
+                found = self.dht.get(key_of(self.swarm, window, shard), latest=True)
+                if found is not None:
+                    out += [msgpack.unpackb(item.value, raw=False) for subkey, item in found.value.items()
+                            if isinstance(subkey, bytes) and subkey.startswith(b"[owner:")]
+        return out
 
     async def fetch(self, ann: dict) -> bytes:
         """§6: request, header, data frames; size and digest checked."""
         p2p = await self.dht.replicate_p2p()
         _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(ann["peer"]), PROTOCOL_ID)
         try:
-            writer.write(_frame(msgpack.packb({"v": 1, "swarm": self.swarm, "round": ann["round"],
-                                               "sha256": ann["sha256"]})))
+            writer.write(_frame(msgpack.packb({"v": 2, "swarm": self.swarm, "sha256": ann["sha256"]})))
             await writer.drain()
             header = msgpack.unpackb(await _read_frame(reader, MAX_CONTROL), raw=False)
             assert header["status"] == "ok" and header["nbytes"] == ann["nbytes"]
@@ -85,10 +100,10 @@ class ThirdPartyClient:
 
     @staticmethod
     def decode_bundle(data: bytes) -> list[dict]:
-        """§3: one zstd frame around msgpack {"v": 1, "records": [...]}; §2 packed arrays unpacked."""
+        """§3: one zstd frame around msgpack {"v": 2, "records": [...]}; §2 packed arrays unpacked."""
         with zstandard.ZstdDecompressor().stream_reader(data) as r:
             bundle = msgpack.unpackb(r.read(64 << 20), raw=False)
-        assert bundle["v"] == 1
+        assert bundle["v"] == 2
         records = bundle["records"]
         for rec in records:
             id_fmt = "H" if rec["model"]["vocab_size"] <= 65536 else "I"
@@ -99,10 +114,10 @@ class ThirdPartyClient:
                 c["logprobs"] = list(struct.unpack(f"<{len(c['logprobs']) // lp_size}{lp_fmt}", c["logprobs"]))
         return records
 
-    async def publish(self, round_: int, records: list[dict]) -> None:
-        """§3 bundle, §6 served over the stream protocol, §5 signed announcement."""
+    async def publish(self, records: list[dict]) -> None:
+        """§3 bundle, §6.1 served over the stream protocol, §5 signed announcement under its window and shard."""
         data = zstandard.ZstdCompressor(level=3).compress(
-            msgpack.packb({"v": 1, "records": records}, use_bin_type=True))
+            msgpack.packb({"v": 2, "records": records}, use_bin_type=True))
         sha = hashlib.sha256(data).hexdigest()
         self.served[sha] = data
 
@@ -111,9 +126,10 @@ class ThirdPartyClient:
                 req = msgpack.unpackb(await _read_frame(reader, MAX_CONTROL), raw=False)
                 body = self.served.get(req["sha256"]) if req.get("swarm") == self.swarm else None
                 if body is None:
-                    writer.write(_frame(msgpack.packb({"v": 1, "status": "not_found", "nbytes": 0, "sha256": ""})))
+                    writer.write(_frame(msgpack.packb({"v": 2, "status": "not_found", "nbytes": 0, "sha256": ""})))
                 else:
-                    writer.write(_frame(msgpack.packb({"v": 1, "status": "ok", "nbytes": len(body), "sha256": sha})))
+                    writer.write(_frame(msgpack.packb({"v": 2, "status": "ok", "nbytes": len(body),
+                                                       "sha256": req["sha256"]})))
                     for i in range(0, len(body), MAX_CHUNK):
                         writer.write(_frame(body[i:i + MAX_CHUNK]))
                 await writer.drain()
@@ -122,10 +138,11 @@ class ThirdPartyClient:
 
         p2p = await self.dht.replicate_p2p()
         await p2p.add_binary_stream_handler(PROTOCOL_ID, handle)
-        value = msgpack.packb({"peer": self.peer_id, "round": round_, "count": len(records), "nbytes": len(data),
-                               "sha256": sha, "policy_version": 0, "created_at": time.time(), "v": 1})
-        assert self.dht.store(f"{self.swarm}/rollouts/{round_}", value, get_dht_time() + 60,
-                              subkey=self.validator.local_public_key)
+        now = time.time()
+        value = msgpack.packb({"peer": self.peer_id, "window": window_of(now), "count": len(records),
+                               "nbytes": len(data), "sha256": sha, "policy_version": 0, "created_at": now, "v": 2})
+        assert self.dht.store(key_of(self.swarm, window_of(now), shard_of(self.peer_id)), value,
+                              get_dht_time() + 60, subkey=self.validator.local_public_key)
 
 
 # ---------------------------------------------------------------- harness: a real HivemindTransport
@@ -163,12 +180,12 @@ def test_client_reads_announcement_and_decodes_bundle(node_and_client):
         model=ModelInfo("tiny-qwen2", FP, 512), sampling=SamplingInfo(0.8, 0.95, 32),
         task=TaskRef("chain_sum", {"min_terms": 2}, 7, 11), prompt="What is 2+3?",
         completions=(Completion("<answer>5</answer>", (17, 250, 2), (-0.5, -0.125, -3.0), "stop", 1.0),))
-    nbytes = node.publish(5, [rec])
-    [ann] = client.announcements(5)
-    assert ann == {**ann, "peer": node.peer_id, "round": 5, "count": 1, "nbytes": nbytes, "v": 1}
+    nbytes = node.publish([rec])
+    [ann] = [a for a in client.announcements() if a["nbytes"] == nbytes]
+    assert ann == {**ann, "peer": node.peer_id, "window": window_of(ann["created_at"]), "count": 1, "v": 2}
     [got] = ThirdPartyClient.decode_bundle(asyncio.run(client.fetch(ann)))
     assert got == {
-        "v": 1, "swarm": "rlswarm", "peer": node.peer_id, "round": 5, "policy_version": 3,
+        "v": 2, "swarm": "rlswarm", "peer": node.peer_id, "round": 5, "policy_version": 3,
         "created_at": 1700000001.25,
         "model": {"name": "tiny-qwen2", "tokenizer": FP, "vocab_size": 512},
         "sampling": {"temperature": 0.8, "top_p": 0.95, "max_new_tokens": 32},
@@ -180,10 +197,19 @@ def test_client_reads_announcement_and_decodes_bundle(node_and_client):
     }
 
 
-def test_node_gathers_what_the_client_publishes(node_and_client):
+def _take_first(node: HivemindTransport, timeout: float):
+    """The node's first non-empty delivery (a node waits only once it has seen a peer: poll until then)."""
+    deadline = time.monotonic() + timeout
+    got = node.take()
+    while not got.records and time.monotonic() < deadline:
+        got = node.take(min_records=1, timeout=0.5)
+    return got
+
+
+def test_node_takes_what_the_client_publishes(node_and_client):
     node, client = node_and_client
     wire_record = {
-        "v": 1, "swarm": "rlswarm", "peer": client.peer_id, "round": 6, "policy_version": 0,
+        "v": 2, "swarm": "rlswarm", "peer": client.peer_id, "round": 6, "policy_version": 0,
         "created_at": 1700000002.5, "model": {"name": "other-model", "tokenizer": FP, "vocab_size": 70000},
         "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8},
         "task": {"dataset": "chain_sum", "config": {}, "seed": 1, "index": 0}, "prompt": "Sum 1 and 1.", "lp": "f32",
@@ -193,9 +219,9 @@ def test_node_gathers_what_the_client_publishes(node_and_client):
     }
 
     async def publish_then_gather():
-        await client.publish(6, [wire_record])
-        # the client's loop must keep running to serve the stream while the node gathers
-        return await asyncio.get_running_loop().run_in_executor(None, node.gather, [6], 20.0, 1)
+        await client.publish([wire_record])
+        # the client's loop must keep running to serve the stream while the node takes
+        return await asyncio.get_running_loop().run_in_executor(None, _take_first, node, 20.0)
 
     got = asyncio.run(publish_then_gather())
     assert got.drops == {} and got.peers == [client.peer_id]

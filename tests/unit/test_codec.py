@@ -254,7 +254,8 @@ MALFORMED = {
     "negative policy_version": (_set("policy_version", -2), "schema"),
     "negative task index": (_set("task.index", -1), "schema"),
     "logprob dtype bf16": (_set("lp", "bf16"), "schema"),
-    "version 2": (_set("v", 2), "version"),
+    "version 1 (exchange by round)": (_set("v", 1), "version"),
+    "version 3": (_set("v", 3), "version"),
     "version 0": (_set("v", 0), "version"),
 }
 
@@ -305,16 +306,17 @@ def test_bytearray_and_memoryview_payloads_are_accepted():
 @pytest.mark.parametrize("data, reason", [
     (b"", "zstd"),  # no frame at all
     (b"not zstd at all", "zstd"),
-    (_pack({"v": 1, "records": []}) + b"trailing", "zstd"),  # bytes after the frame are not ignored
-    (_pack({"v": 1, "records": []}) + _pack({"v": 1}), "zstd"),  # exactly one frame per bundle
+    (_pack({"v": 2, "records": []}) + b"trailing", "zstd"),  # bytes after the frame are not ignored
+    (_pack({"v": 2, "records": []}) + _pack({"v": 2}), "zstd"),  # exactly one frame per bundle
     (zstandard.ZstdCompressor().compress(b"\xc1"), "msgpack"),  # 0xc1 is never used in msgpack
     (zstandard.ZstdCompressor().compress(b"\x91" * 5000 + b"\x01"), "msgpack"),  # 5000-deep nesting
     (zstandard.ZstdCompressor().compress(msgpack.packb({1: 2})), "msgpack"),  # non-string map key
     (zstandard.ZstdCompressor().compress(b"\xa2\xff\xfe"), "msgpack"),  # invalid UTF-8 string
     (_pack([1, 2]), "schema"),
-    (_pack({"v": 1, "records": {"a": 1}}), "schema"),
+    (_pack({"v": 2, "records": {"a": 1}}), "schema"),
     (_pack({"records": []}), "schema"),
-    (_pack({"v": 2, "records": []}), "version"),
+    (_pack({"v": 1, "records": []}), "version"),  # a version 1 bundle (exchange by round)
+    (_pack({"v": 3, "records": []}), "version"),
 ])
 def test_bad_bundle_raises_with_reason(data, reason):
     with pytest.raises(RecordError) as exc:
@@ -362,8 +364,8 @@ def test_zstd_bomb_without_declared_size_is_refused():
 
 
 def test_decompressed_size_exactly_at_cap_is_accepted():
-    payload = msgpack.packb({"v": 1, "records": []}, use_bin_type=True)  # 0x82 a1 'v' 01 a7 'records' 90
-    assert len(payload) == 1 + 2 + 1 + 8 + 1  # fixmap, fixstr "v", 1, fixstr "records", fixarray → 13
+    payload = msgpack.packb({"v": 2, "records": []}, use_bin_type=True)  # 0x82 a1 'v' 02 a7 'records' 90
+    assert len(payload) == 1 + 2 + 1 + 8 + 1  # fixmap, fixstr "v", 2, fixstr "records", fixarray → 13
     data = zstandard.ZstdCompressor().compress(payload)
     assert decode_bundle(data, Caps(max_decompressed_bytes=13)) == ([], Counter())
     with pytest.raises(RecordError, match="too_large"):
@@ -433,7 +435,7 @@ def test_caps_must_be_positive_ints(field, value):
 # ---------------------------------------------------------------------------------- announcements
 
 def _ann(**kw) -> Announcement:
-    base = dict(peer="peerA", round=3, count=16, nbytes=2650, sha256=sha256_hex(b"bundle"),
+    base = dict(peer="peerA", window=170000000, count=16, nbytes=2650, sha256=sha256_hex(b"bundle"),
                 policy_version=2, created_at=1700000000.5)
     return Announcement(**{**base, **kw})
 
@@ -448,8 +450,8 @@ def test_announcement_round_trip_and_digest():
 @pytest.mark.parametrize("data", [
     "text", None, b"\xc1", b"x" * 1025,
     msgpack.packb({"peer": "p"}),
-    encode_announcement(_ann(v=2)),
-    encode_announcement(_ann(round=-1)),
+    encode_announcement(_ann(window=-1)),
+    encode_announcement(_ann(policy_version=-1)),
     encode_announcement(_ann(nbytes=0)),
     encode_announcement(_ann(count=-1)),
     encode_announcement(_ann(sha256="Z" * 64)),
@@ -461,6 +463,14 @@ def test_bad_announcement(data):
     with pytest.raises(RecordError) as exc:
         decode_announcement(data)
     assert exc.value.reason == "bad_announcement"
+
+
+def test_version_1_announcements_are_dropped_as_version():
+    v1 = msgpack.packb({"peer": "peerA", "round": 3, "count": 16, "nbytes": 2650, "sha256": sha256_hex(b"bundle"),
+                        "policy_version": 2, "created_at": 1700000000.5, "v": 1})
+    with pytest.raises(RecordError) as exc:
+        decode_announcement(v1)
+    assert exc.value.reason == "version"
 
 
 def test_float_created_at_survives_as_ieee_double():

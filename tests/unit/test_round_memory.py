@@ -17,13 +17,13 @@ from swarm.memory import InMemoryHub, InMemoryTransport
 
 def _config(name: str, seed: int) -> dict:
     return {
-        "name": name, "seed": seed, "rounds": 2, "torch_threads": 1,
+        "name": name, "seed": seed, "rounds": 3, "torch_threads": 1,
         "model": {"spec": "tiny-qwen2"},
         "tasks": {"datasets": [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
                   "system_prompt": None, "eval_size": 0, "seed": seed},
         "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
         "select": {"local_groups": 2, "external_groups": 2, "drop_zero_advantage": False},
-        "swarm": {"enabled": True, "gather_timeout_s": 20, "gather_min_peers": 1},
+        "swarm": {"enabled": True, "wait_s": 20},  # once the other node is seen, wait for its groups
         "eval": {"every": 0}, "checkpoint": {"every": 100},
         "metrics": {"console": False},
     }
@@ -36,7 +36,7 @@ def test_two_nodes_train_on_each_others_groups(tmp_path):
     results: dict[int, list[dict]] = {0: [], 1: []}
 
     def run(i: int) -> None:
-        for r in range(2):
+        for r in range(3):
             results[i].append(run_round(nodes[i], r))
 
     try:
@@ -51,7 +51,7 @@ def test_two_nodes_train_on_each_others_groups(tmp_path):
             n.close()
     for i, other in ((0, "peer-1"), (1, "peer-0")):
         rows = results[i]
-        assert [m["round"] for m in rows] == [0, 1]
+        assert [m["round"] for m in rows] == [0, 1, 2]
         assert sum(m["groups_external"] for m in rows) > 0, rows  # trained on the other node's groups
         assert {p for m in rows for p in m["external_peers"]} == {other}
         assert all(m["rows_trained"] > 0 and m["policy_version"] == k + 1 for k, m in enumerate(rows))

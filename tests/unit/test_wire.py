@@ -84,11 +84,12 @@ def test_short_stream_is_stream_closed():
 
 
 def test_request_validation():
-    assert decode_request(encode_request("rlswarm", 3, SHA_A)) == ("rlswarm", 3, SHA_A)
-    bad = [b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"v": 2, "swarm": "s", "round": 0, "sha256": SHA_A}),
-           msgpack.packb({"v": 1, "swarm": "s", "round": -1, "sha256": SHA_A}),
-           msgpack.packb({"v": 1, "swarm": "s", "round": True, "sha256": SHA_A}),
-           msgpack.packb({"v": 1, "swarm": "s", "round": 0, "sha256": "A" * 64})]
+    assert decode_request(encode_request("rlswarm", SHA_A)) == ("rlswarm", SHA_A)
+    bad = [b"\xc1", msgpack.packb([1, 2]),
+           msgpack.packb({"v": 1, "swarm": "s", "round": 0, "sha256": SHA_A}),  # a v1 request
+           msgpack.packb({"v": 2, "swarm": 3, "sha256": SHA_A}),
+           msgpack.packb({"v": 2, "swarm": "s"}),
+           msgpack.packb({"v": 2, "swarm": "s", "sha256": "A" * 64})]
     for data in bad:
         with pytest.raises(FetchError) as exc:
             decode_request(data)
@@ -97,15 +98,14 @@ def test_request_validation():
 
 async def _serve_then_fetch(data: bytes, *, announced_sha: str, announced_nbytes: int, served=None) -> bytes:
     """Run serve_bundle against a request written by fetch_bundle, through two in-memory pipes."""
-    served = {("rlswarm", 1, hashlib.sha256(data).hexdigest()): data} if served is None else served
+    served = {("rlswarm", hashlib.sha256(data).hexdigest()): data} if served is None else served
     req_w = _Writer()
     # first pass: let the fetcher write its request (the answer stream is empty: it fails, expected)
     with pytest.raises(FetchError):
-        await fetch_bundle(_reader(b""), req_w, swarm="rlswarm", round_=1, sha256=announced_sha,
-                           nbytes=announced_nbytes)
+        await fetch_bundle(_reader(b""), req_w, swarm="rlswarm", sha256=announced_sha, nbytes=announced_nbytes)
     ans_w = _Writer()
-    await serve_bundle(_reader(bytes(req_w.data)), ans_w, lambda s, r, h: served.get((s, r, h)))
-    return await fetch_bundle(_reader(bytes(ans_w.data)), _Writer(), swarm="rlswarm", round_=1,
+    await serve_bundle(_reader(bytes(req_w.data)), ans_w, lambda s, h: served.get((s, h)))
+    return await fetch_bundle(_reader(bytes(ans_w.data)), _Writer(), swarm="rlswarm",
                               sha256=announced_sha, nbytes=announced_nbytes)
 
 
@@ -122,7 +122,7 @@ def test_not_served_size_and_digest_mismatch():
         (dict(announced_sha=SHA_A, announced_nbytes=len(data)), "not_served"),  # unknown digest
         (dict(announced_sha=sha, announced_nbytes=len(data) + 1), "size_mismatch"),  # header ≠ announcement
         # the publisher serves other bytes under the announced digest
-        (dict(announced_sha=sha, announced_nbytes=len(data), served={("rlswarm", 1, sha): b"other bytes!"}),
+        (dict(announced_sha=sha, announced_nbytes=len(data), served={("rlswarm", sha): b"other bytes!"}),
          "digest_mismatch"),
     ]
     for kwargs, reason in cases:
@@ -135,7 +135,7 @@ def test_publisher_sending_more_than_announced_is_cut_off():
     sha = hashlib.sha256(b"abcd").hexdigest()
     answer = _frames(encode_header("ok", 4, sha), b"abcdef")  # 6 data bytes for a 4-byte bundle
     with pytest.raises(FetchError) as exc:
-        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", round_=0, sha256=sha, nbytes=4))
+        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", sha256=sha, nbytes=4))
     assert exc.value.reason == "size_mismatch"
 
 
@@ -143,7 +143,7 @@ def test_publisher_closing_early_is_stream_closed():
     sha = hashlib.sha256(b"abcdefgh").hexdigest()
     answer = _frames(encode_header("ok", 8, sha), b"abcd")  # 4 of 8 bytes, then EOF
     with pytest.raises(FetchError) as exc:
-        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", round_=0, sha256=sha, nbytes=8))
+        _run(lambda: fetch_bundle(_reader(answer), _Writer(), swarm="s", sha256=sha, nbytes=8))
     assert exc.value.reason == "stream_closed"
 
 

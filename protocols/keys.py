@@ -1,0 +1,45 @@
+"""Where announcements live in the DHT: swarm-time windows and shards (docs/PROTOCOL.md §5).
+
+Peers exchange by *swarm time*, not by round: a bundle published at time t (the publisher's
+clock, which hivemind's `get_dht_time()` also reads) is announced under the key of its window
+
+    window = ⌊t / window_s⌋
+    shard  = int.from_bytes(sha256(peer_id)[:8], "big") mod shards
+    key    = "{swarm}/rollouts/w{window}/s{shard}"
+
+so a node that joins late, restarts or runs 100× slower reads the windows of the last
+`max_age_s` seconds and finds whatever its peers published then, whatever their round counters
+say. Shards spread one window's announcements over `shards` keys, so no key is hot when
+thousands of peers announce; a reader reads all of them (small swarms) or a random subset.
+`window_s` and `shards` are swarm-wide parameters, like the swarm id: peers that disagree on
+them do not see each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+WINDOW_S = 10.0  # default window length, seconds
+SHARDS = 4  # default shards per window
+
+
+def window_of(t: float, window_s: float = WINDOW_S) -> int:
+    """The window that time `t` (unix seconds) falls in."""
+    return int(math.floor(t / window_s))
+
+
+def shard_of(peer_id: str, shards: int = SHARDS) -> int:
+    """The shard a peer announces under: the first 8 bytes of sha256(peer id), big-endian, mod shards."""
+    return int.from_bytes(hashlib.sha256(peer_id.encode()).digest()[:8], "big") % shards
+
+
+def rollouts_key(swarm: str, window: int, shard: int) -> str:
+    """The DHT key of one shard of one window's announcements."""
+    return f"{swarm}/rollouts/w{window}/s{shard}"
+
+
+def windows_back(now_window: int, max_age_s: float, window_s: float = WINDOW_S) -> list[int]:
+    """The windows a bundle younger than `max_age_s` can have been announced in, newest first."""
+    span = int(math.ceil(max_age_s / window_s))
+    return [now_window - i for i in range(span + 1) if now_window - i >= 0]
