@@ -82,14 +82,17 @@ def _drain_to(proc: subprocess.Popen, log: Path) -> None:
     threading.Thread(target=pump, daemon=True).start()
 
 
-def start_node(name: str, config: str, out_dir: Path, extra_args: list[str], env: dict | None = None) -> Child:
-    """Start `swarm node --config … --out out_dir …`, stdout and stderr into out_dir/node.log."""
+def start_node(name: str, config: str, out_dir: Path, extra_args: list[str], env: dict | None = None,
+               niceness: int = 0) -> Child:
+    """Start `swarm node --config … --out out_dir …`, stdout and stderr into out_dir/node.log
+    (`niceness` > 0: at a lower CPU priority, e.g. a slow peer that must not steal a fast one's CPU)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "node.log"
     cmd = _python_cli() + ["node", "--config", config, "--out", str(out_dir)] + extra_args
     with open(log, "ab") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})},
+                                preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
     return Child(name, proc, log)
 
 

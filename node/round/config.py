@@ -39,6 +39,10 @@ class SelectConfig(BaseModel):
     drop_zero_advantage: bool = Field(
         True, description="Skip groups whose completions all got the same reward."
     )
+    backfill: bool = Field(
+        True, description="When fewer than J peers' groups are available, train on more of our own (up to "
+        "I + J in all): the step's batch stays the same size whether or not peers delivered."
+    )
     pool_size: int = Field(
         512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool (oldest out first)."
     )

@@ -1,7 +1,10 @@
 """Training-set selection: SAPO's I local + J external groups (SAPO, Algorithm 1).
 
 Each round the node trains on up to I of its own groups and J groups drawn uniformly from the
-pool of verified external groups it has gathered and not used yet. Groups whose rewards are all
+pool of verified external groups it has gathered and not used yet. With `backfill` (default),
+when the pool holds fewer than J usable groups the missing ones are taken from our own, so the
+step's batch is I + J groups whether or not peers delivered (SAPO compares configurations at a
+fixed I + J). Groups whose rewards are all
 equal carry zero advantage and therefore zero gradient; they are dropped *before* sampling so
 the budget goes to informative groups (SAPO filters the same way). External groups stay in the
 pool until used or until they fall out of the staleness window.
@@ -52,8 +55,9 @@ class SapoSelector:
             dropped = sum(not g.informative for g in local) + sum(not g.informative for g in self.pool)
             local = [g for g in local if g.informative]
             self.pool = [g for g in self.pool if g.informative]
-        own = self.rng.sample(local, min(self.cfg.local_groups, len(local)))
         take = min(self.cfg.external_groups, len(self.pool))
+        n_own = self.cfg.local_groups + (self.cfg.external_groups - take if self.cfg.backfill else 0)
+        own = self.rng.sample(local, min(n_own, len(local)))
         picked = set(self.rng.sample(range(len(self.pool)), take))
         ext = [g for i, g in enumerate(self.pool) if i in picked]
         self.pool = [g for i, g in enumerate(self.pool) if i not in picked]

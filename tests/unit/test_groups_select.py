@@ -47,3 +47,15 @@ def test_pool_is_bounded_and_prunable():
     sel.add_external([_group([1, 0], "p", i) for i in range(5)])
     assert [g.task.ref.index for g in sel.pool] == [2, 3, 4]  # oldest first out
     assert sel.prune(lambda g: g.task.ref.index != 3) == 1
+
+
+def test_backfill_keeps_the_batch_at_i_plus_j_when_peers_deliver_too_few():
+    local = [_group([1, 0], index=i) for i in range(6)]
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=3), seed=0)
+    sel.add_external([_group([1, 0], "peerA", 10)])  # one usable peer group of the 3 wanted
+    s = sel.select(local)
+    assert (s.local, s.external) == (4, 1)  # 2 + (3 − 1) own groups fill the gap: 5 = I + J in all
+    off = SapoSelector(SelectConfig(local_groups=2, external_groups=3, backfill=False), seed=0)
+    off.add_external([_group([1, 0], "peerA", 10)])
+    assert (lambda s: (s.local, s.external))(off.select(local)) == (2, 1)
+    assert SapoSelector(SelectConfig(local_groups=2, external_groups=3), seed=0).usable() == 0
