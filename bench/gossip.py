@@ -1,28 +1,25 @@
-"""Gossip latency and capacity of the hivemind transport: real peers on 127.0.0.1, no model.
+"""The exchange by swarm time on real hivemind peers (127.0.0.1, no model): fan-in and latency.
 
 Each simulated peer is a real `HivemindTransport` (its own p2p daemon and DHT process) that
-behaves like a node's round without generating anything: at the round's start it publishes one
-bundle of synthetic records shaped like a lab round (B prompts × G completions × T tokens with
-ids, f16 logprobs and text), then gathers that round from the others with the node's own call
-(`gather([r], timeout, min_peers=N-1)`). All peers share one clock schedule (round r starts at
-t0 + r·period; `time.monotonic()` is system-wide on Linux, so publish and arrival times from
-different processes compare directly).
+behaves like a node without a model: every `period` seconds (a shared clock, with a random
+offset per peer so they do not publish in lockstep) it publishes one bundle shaped like a lab
+round (B prompts × G completions × T tokens with ids, f16 logprobs and text) and takes what has
+arrived, as `run_round` does. `time.monotonic()` is system-wide on Linux, so publish and arrival
+times from different processes compare directly.
 
-    publish → visible   seconds from the publisher calling `publish` (announce in the DHT
-                        included) until a receiver's transport has fetched, verified and decoded
-                        the bundle (the moment `gather` can hand it out)
-    per pair            p50 / p95 over every (publisher, receiver, round)
-    at all peers        per (publisher, round): the latest receiver's latency, p50 / p95
-    delivered           pairs that arrived within the round period / pairs expected
+    bytes / round       bundle bytes one peer downloaded per round (Delivery.bytes)
+    publish → visible   seconds from the publisher calling `publish` until a receiver's transport
+                        has fetched, verified and decoded the bundle (it is then in `take`)
+    per pair            p50 / p95 over every (publisher, receiver, bundle) that was fetched
 
-Two parts, printed side by side:
+Parts, printed side by side:
 
-  latency    --latency-nodes 4 8: one process per peer (as `swarm local` runs nodes)
-  capacity   --capacity 16 32 48 64: peers packed --per-process to a process, levels run in
-             order until fewer than --min-delivered (95 %) of pairs arrive within the period
+  fan-in    --fanin-nodes 4 8 16: bytes per node per round with the default bounded fan-in
+            (--budget bundles per 10 s window) against fetch-all (an unbounded budget)
+  latency   --latency-nodes 4 8: publish → visible with direct pushes (notify_peers 8, the
+            default) and with the DHT poll alone (notify_peers 0)
 
-    python -m bench.gossip [--latency-nodes 4 8] [--capacity 16 32 48 64] [--rounds 8]
-                           [--period 5] [--poll 0.5]
+    python -m bench.gossip [--fanin-nodes 4 8 16] [--latency-nodes 4 8] [--rounds 8] [--period 5]
 """
 
 from __future__ import annotations
@@ -34,6 +31,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -45,14 +43,8 @@ B, G, T = 8, 8, 24  # one lab round: 8 prompts × 8 completions × ~24 tokens
 
 # ---------------------------------------------------------------- worker (one process, k peers)
 
-def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str = "rlswarm"):
-    from protocols.records import (
-        Completion,
-        ModelInfo,
-        RolloutRecord,
-        SamplingInfo,
-        TaskRef,
-    )
+def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str):
+    from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
 
     def completion() -> Completion:
         ids = tuple(rng.randrange(1, 4000) for _ in range(T))
@@ -67,54 +59,49 @@ def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str = "
             for i in range(B)]
 
 
-def run_peer(t, total: int, t0: float, rounds: int, period: float, log: dict, rng: random.Random) -> None:
+def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Random) -> None:
+    offset = rng.uniform(0, period)  # peers publish at their own pace, not in lockstep
     for r in range(rounds):
-        time.sleep(max(0.0, t0 + r * period - time.monotonic()))
+        time.sleep(max(0.0, t0 + offset + r * period - time.monotonic()))
         records = synthetic_records(t.peer_id, r, rng, t.cfg.swarm_id)
         started = time.monotonic()
-        nbytes = t.publish(r, records)
-        log["publishes"].append([t.peer_id, r, started, time.monotonic(), nbytes])
-        left = t0 + (r + 1) * period - 0.2 - time.monotonic()
-        got = t.gather([r], timeout=max(0.0, left), min_peers=total - 1)
+        t.publish(records)
+        log["publishes"].append([t.peer_id, r, started])
+        got = t.take()
+        log["rounds"].append([t.peer_id, r, got.bytes, len(got.records), got.skipped])
         for reason, n in got.drops.items():
             log["drops"][reason] = log["drops"].get(reason, 0) + n
 
 
 def worker(args) -> None:
-    import psutil
-
     from swarm.config import SwarmConfig
     from swarm.hivemind_transport import HivemindTransport
 
-    # a swarm id per level: the bootstrap keeps earlier levels' announcements (of peers now gone)
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
-                      poll_interval_s=args.poll,
-                      startup_timeout_s=180, gather_timeout_s=args.period)
-    log = {"publishes": [], "arrivals": [], "drops": {}}
+                      startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify)
+    log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}}
     started = time.monotonic()
     peers = []
     for _ in range(args.peers):
         t = HivemindTransport(cfg=cfg)
         orig = t.inbox.settle
 
-        def settle(round_, peer, records, drops, _orig=orig, _me=t.peer_id):
-            log["arrivals"].append([_me, peer, round_, time.monotonic(), bool(records)])
-            _orig(round_, peer, records, drops)
+        def settle(ann, records, drops, _orig=orig, _me=t.peer_id):
+            if records:
+                log["arrivals"].append([_me, ann.peer, records[0].round, time.monotonic()])
+            _orig(ann, records, drops)
 
         t.inbox.settle = settle
         peers.append(t)
-    me = psutil.Process()  # proportional set size: forked DHT processes share pages with us
-    rss = sum(p.memory_full_info().pss for p in [me, *me.children(recursive=True)])
-    print(json.dumps({"ready": time.monotonic() - started, "rss": rss}), flush=True)
+    print(json.dumps({"ready": time.monotonic() - started}), flush=True)
     t0 = float(sys.stdin.readline())
-    threads = [threading.Thread(target=run_peer, args=(t, args.total, t0, args.rounds, args.period, log,
-                                                       random.Random(hash(t.peer_id))))
-               for t in peers]
+    threads = [threading.Thread(target=run_peer, args=(t, t0, args.rounds, args.period, log,
+                                                       random.Random(t.peer_id))) for t in peers]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    time.sleep(0.5)
+    time.sleep(1.0)
     for t in peers:
         t.shutdown()
     with open(args.out, "w") as f:
@@ -130,33 +117,29 @@ def pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-def run_level(total: int, per_process: int, rounds: int, period: float, poll: float, maddr: str) -> dict:
-    import tempfile
-
+def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
+              maddr: str) -> dict:
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
-    swarm_id = f"gossip-{total}-{per_process}-{int(time.time())}"
+    swarm_id = f"gossip-{total}-{budget}-{notify}-{int(time.time())}"  # earlier levels' peers are gone
     for i in range(n_proc):
         k = min(per_process, total - i * per_process)
-        out = os.path.join(tmp, f"w{i}.json")
-        outs.append(out)
+        outs.append(os.path.join(tmp, f"w{i}.json"))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "bench.gossip", "--worker", "--peers", str(k), "--total", str(total),
-             "--initial-peer", maddr, "--rounds", str(rounds), "--period", str(period), "--poll", str(poll),
-             "--swarm-id", swarm_id, "--out", out], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-    level = {"peers": total, "processes": n_proc, "rounds": rounds, "period_s": period}
+            [sys.executable, "-m", "bench.gossip", "--worker", "--peers", str(k), "--initial-peer", maddr,
+             "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
+             "--swarm-id", swarm_id, "--out", outs[-1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period}
+    load = []
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
         if any(r is None for r in ready):
             return {**level, "error": "a worker failed to start its peers"}
-        level["startup_s"] = max(r["ready"] for r in ready)
-        level["rss_mb_per_peer"] = sum(r["rss"] for r in ready) / total / 2**20
         t0 = time.monotonic() + 2.0
         for p in procs:
             p.stdin.write(f"{t0}\n")
             p.stdin.flush()
-        load = []
         for p in procs:
             while p.poll() is None:
                 load.append(os.getloadavg()[0])
@@ -168,46 +151,34 @@ def run_level(total: int, per_process: int, rounds: int, period: float, poll: fl
     logs = [json.load(open(o)) for o in outs if os.path.exists(o)]
     if len(logs) < n_proc:
         return {**level, "error": "a worker exited without results"}
-    return {**level, **summarise(logs, total, period), "load_avg_1m": statistics.fmean(load) if load else None}
+    return {**level, **summarise(logs), "load_avg_1m": statistics.fmean(load) if load else None}
 
 
-def summarise(logs: list[dict], total: int, period: float) -> dict:
-    pub = {(p, r): (t, done) for log in logs for p, r, t, done, _ in log["publishes"]}
-    nbytes = [b for log in logs for *_, b in log["publishes"]]
-    pair, per_bundle = [], {}
-    for log in logs:
-        for recv, src, r, at, ok in log["arrivals"]:
-            if ok and (src, r) in pub:
-                lat = at - pub[(src, r)][0]
-                pair.append(lat)
-                per_bundle.setdefault((src, r), []).append(lat)
-    expected = len(pub) * (total - 1)
-    in_time = sum(lat <= period for lat in pair)
-    at_all = [max(v) for k, v in per_bundle.items() if len(v) == total - 1]
+def summarise(logs: list[dict]) -> dict:
+    pub = {(p, r): t for log in logs for p, r, t in log["publishes"]}
+    lat = [at - pub[(src, r)] for log in logs for _, src, r, at in log["arrivals"] if (src, r) in pub]
+    rounds = [x for log in logs for x in log["rounds"]][len(logs):]  # skip each worker's first take
     return {
-        "bundle_kb": statistics.fmean(nbytes) / 1024,
-        "announce_s_p50": pct([d - t for t, d in pub.values()], 0.5),
-        "pair_p50_s": pct(pair, 0.5), "pair_p95_s": pct(pair, 0.95),
-        "all_p50_s": pct(at_all, 0.5), "all_p95_s": pct(at_all, 0.95),
-        "delivered": in_time / expected if expected else 0.0,
-        "bundles_at_all": len(at_all) / len(pub) if pub else 0.0,
-        "drops": sum(sum(log["drops"].values()) for log in logs),
+        "kb_per_round": statistics.fmean(b for *_, b, _, _ in rounds) / 1024 if rounds else 0.0,
+        "records_per_round": statistics.fmean(n for *_, n, _ in rounds) if rounds else 0.0,
+        "pair_p50_s": pct(lat, 0.5), "pair_p95_s": pct(lat, 0.95),
+        "fetched_pairs": len(lat),
+        "skipped": sum(s for *_, s in rounds),
         "drop_reasons": dict(sum((Counter(log["drops"]) for log in logs), Counter())),
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fanin-nodes", type=int, nargs="*", default=[4, 8, 16])
     ap.add_argument("--latency-nodes", type=int, nargs="*", default=[4, 8])
-    ap.add_argument("--capacity", type=int, nargs="*", default=[16, 32, 48, 64])
-    ap.add_argument("--per-process", type=int, default=8, help="capacity: simulated peers per process")
+    ap.add_argument("--per-process", type=int, default=4, help="simulated peers per process above 8 peers")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--period", type=float, default=5.0, help="seconds per round")
-    ap.add_argument("--min-delivered", type=float, default=0.95,
-                    help="capacity: stop after the first level delivering fewer pairs within the period")
-    ap.add_argument("--poll", type=float, default=0.5, help="swarm.poll_interval_s (the node default)")
+    ap.add_argument("--budget", type=int, default=4, help="fan-in: bundles per 10 s window (swarm default 16)")
+    ap.add_argument("--tag", default="", help="suffix of the results file")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    for name in ("--peers", "--total"):
+    for name in ("--peers", "--notify"):
         ap.add_argument(name, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)
     ap.add_argument("--swarm-id", help=argparse.SUPPRESS)
@@ -216,40 +187,33 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return worker(args)
 
-    import psutil
-
     from swarm.bootstrap import start_bootstrap
 
     dht, maddrs = start_bootstrap(startup_timeout_s=120)
     rows = []
     try:
+        for n in args.fanin_nodes:
+            for budget, label in ((args.budget, "fan-in"), (100_000, "fetch-all")):
+                print(f"{label}: {n} peers, {args.rounds} rounds × {args.period:g} s …", flush=True)
+                rows.append({"part": label, **run_level(n, per_process=1 if n <= 8 else args.per_process,
+                                                        rounds=args.rounds, period=args.period, budget=budget,
+                                                        notify=8, maddr=maddrs[0])})
         for n in args.latency_nodes:
-            print(f"latency: {n} peers, one per process, {args.rounds} rounds × {args.period:g} s …", flush=True)
-            rows.append({"part": "latency", **run_level(n, 1, args.rounds, args.period, args.poll, maddrs[0])})
-        for n in args.capacity:
-            last = rows[-1] if rows and "rss_mb_per_peer" in rows[-1] else None
-            need = n * last["rss_mb_per_peer"] * 2**20 * 1.3 if last else 0
-            if need > psutil.virtual_memory().available:
-                rows.append({"part": "capacity", "peers": n, "error": f"stopped before: needs ~{need / 2**30:.1f} GiB"})
-                break
-            print(f"capacity: {n} peers, {args.per_process} per process …", flush=True)
-            row = {"part": "capacity", **run_level(n, args.per_process, max(3, args.rounds // 2),
-                                                   2 * args.period, args.poll, maddrs[0])}
-            rows.append(row)
-            if "error" in row or row["delivered"] < args.min_delivered:
-                break
+            for notify, label in ((8, "latency, push"), (0, "latency, DHT poll only")):
+                print(f"{label}: {n} peers …", flush=True)
+                rows.append({"part": label, **run_level(n, per_process=1, rounds=args.rounds, period=args.period,
+                                                        budget=100_000, notify=notify, maddr=maddrs[0])})
     finally:
         dht.shutdown()
-    cols = ["part", "peers", "processes", "period_s", "startup_s", "rss_mb_per_peer", "bundle_kb", "announce_s_p50",
-            "pair_p50_s", "pair_p95_s", "all_p50_s", "all_p95_s", "delivered", "drops", "load_avg_1m"]
+    cols = ["part", "peers", "processes", "budget", "notify", "kb_per_round", "records_per_round", "pair_p50_s",
+            "pair_p95_s", "fetched_pairs", "skipped", "load_avg_1m"]
     print(table(rows, cols))
     for r in rows:
         if "error" in r:
-            print(f"{r['peers']} peers: {r['error']}")
+            print(f"{r['part']} {r['peers']} peers: {r['error']}")
         elif r["drop_reasons"]:
-            print(f"{r['part']} {r['peers']} peers, drops (per record or bundle): {r['drop_reasons']}")
-    print("wrote", write_json("gossip", {"poll_interval_s": args.poll, "record_shape": {"B": B, "G": G, "T": T},
-                                         "rows": rows}))
+            print(f"{r['part']} {r['peers']} peers, drops: {r['drop_reasons']}")
+    write_json(f"gossip{args.tag}", {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
