@@ -21,7 +21,7 @@ from node.generation.config import GenerationConfig
 from node.metrics import MetricsConfig
 from node.models.config import ModelConfig
 from node.round.config import IngestConfig, SelectConfig, TrainConfig
-from node.tasks.config import TaskConfig
+from node.tasks.config import FileDatasetSpec, TaskConfig
 from swarm.config import SwarmConfig
 
 
@@ -67,6 +67,8 @@ class NodeConfig(BaseModel):
     def _federated_needs_lora(self) -> NodeConfig:
         if self.federated is not None and self.model.lora is None:
             raise ValueError("federated mode averages LoRA adapters: set model.lora")
+        if self.federated is not None and any(isinstance(s, FileDatasetSpec) for s in self.tasks.datasets):
+            raise ValueError("federated mode splits reasoning-gym task families: tasks.datasets cannot hold files")
         return self
 
 

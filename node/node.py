@@ -53,7 +53,7 @@ class Node:
             print(self.tasks.describe(), flush=True)
             self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
                                        dht=getattr(transport, "dht", None))
-        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics)
+        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
         self._eval_set = self.tasks.eval_set()
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
@@ -76,7 +76,8 @@ class Node:
         if key not in self._prompt_cache:
             if len(self._prompt_cache) > 4096:
                 self._prompt_cache.clear()
-            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt)
+            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt,
+                                                   task.messages)
         return self._prompt_cache[key]
 
     # -- evaluation --------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class Node:
                     self.cfg.name, restored.round, restored.policy_version)
 
     def close(self) -> None:
+        self.log.close()
         if hasattr(self.generator, "close"):  # the vLLM backend runs an engine process
             self.generator.close()
         if self.federated is not None:

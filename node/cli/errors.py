@@ -4,9 +4,12 @@ from __future__ import annotations
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
+    from losses.plugin import PluginError
     from node.config import ConfigError
+    from node.tasks.config import DatasetError
+    from node.tracking import TrackingError
 
-    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
+    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError, PluginError, DatasetError, TrackingError]
     try:
         from node.models.load import ModelNotFound
 
