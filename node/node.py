@@ -85,6 +85,11 @@ class Node:
         every = self.cfg.eval.every
         return bool(every and self._eval_set) and ((round_ + 1) % every == 0 or round_ + 1 == self.cfg.rounds)
 
+    @property
+    def eval_size(self) -> int:
+        """Held-out items (a file dataset may hold fewer than tasks.eval_size)."""
+        return len(self._eval_set)
+
     def evaluate(self) -> float:
         """Held-out accuracy: one sampled completion per item, fraction fully correct."""
         if not self._eval_set:
@@ -103,7 +108,7 @@ class Node:
         return (round_ + 1) % self.cfg.checkpoint.every == 0 or round_ + 1 == self.cfg.rounds
 
     def save_checkpoint(self, round_: int) -> Path:
-        extra = {"selector_rng": checkpoint.to_jsonable(self.selector.rng.getstate())}
+        extra = {"selector_rng": checkpoint.to_jsonable(self.selector.rng.getstate()), "model_spec": self.cfg.model.spec}
         return checkpoint.save(self.ckpt_dir, model=self.model, tokenizer=self.tokenizer,
                                optimizer=self.optimizer, round_=round_,
                                policy_version=self.policy_version, extra=extra,
