@@ -90,14 +90,17 @@ class FileDatasetSpec(BaseModel):
         return self
 
 
+GYM_TAG, FILE_TAG = "reasoning_gym_spec", "file_spec"  # union tags: error paths leave them out (node.config)
+
+
 def _dataset_kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "file" if "file" in value else "gym"
-    return "file" if isinstance(value, FileDatasetSpec) else "gym"
+        return FILE_TAG if "file" in value else GYM_TAG
+    return FILE_TAG if isinstance(value, FileDatasetSpec) else GYM_TAG
 
 
 DatasetEntry = Annotated[
-    Union[Annotated[DatasetSpec, Tag("gym")], Annotated[FileDatasetSpec, Tag("file")]], Discriminator(_dataset_kind)
+    Union[Annotated[DatasetSpec, Tag(GYM_TAG)], Annotated[FileDatasetSpec, Tag(FILE_TAG)]], Discriminator(_dataset_kind)
 ]
 
 
