@@ -4,8 +4,8 @@
     out = fn(LossInputs(...))                             # LossOutputs(loss, metrics)
 
 Names: grpo, pg (losses.grpo); nois, vis, tis, f-nois, f-vis, f-tis (losses.fis); gspo
-(losses.gspo); gepo (losses.gepo). The config classes and the `LossConfig` union live in
-losses.config, which needs no torch (a node validates its YAML without importing it); the
+(losses.gspo); gepo (losses.gepo); `module:function` names a loss of your own (losses.custom).
+The config classes and the `LossConfig` union live in losses.config, which needs no torch (a node validates its YAML without importing it); the
 functions, the shared inputs, the tokenizer-agnostic behaviour view and the metrics live in
 losses.base and the family modules, and are imported here on first use.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from losses.config import (
     LOSS_NAMES,
+    CustomLossConfig,
     FISConfig,
     GEPOConfig,
     GRPOConfig,
@@ -46,6 +47,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LOSS_NAMES",
+    "CustomLossConfig",
     "FISConfig",
     "GEPOConfig",
     "GRPOConfig",

@@ -1,8 +1,11 @@
 """Every loss's config class, the `LossConfig` union chosen by `name`, and nothing that needs torch.
 
 A node's YAML `loss: {name: f-tis, g: 5}` is validated against `LossConfig`, a pydantic union
-discriminated by `name`; `losses.registry` maps each name to its pure function. These classes
-live apart from the functions so that reading or validating a config never imports torch.
+discriminated by `name`; `losses.registry` maps each name to its pure function. A name holding a
+colon is a loss of the user's own by import path (`name: mypkg.losses:my_loss` or
+`name: path/to/file.py:my_loss`, every other key a keyword argument: `CustomLossConfig`,
+resolved by `losses.custom`). These classes live apart from the functions so that reading or
+validating a config never imports torch (nor the user's module).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from typing import Annotated, Any, Literal, Union, get_args
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     TypeAdapter,
     ValidationError,
     model_validator,
@@ -141,16 +146,48 @@ class GEPOConfig(BaseModel):
     )
 
 
+class CustomLossConfig(BaseModel):
+    """A loss of your own by import path; every other key is passed to it as a keyword argument.
+
+    The function is `fn(inputs: LossInputs, **kwargs) -> LossOutputs` (losses.custom, README).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = Field(
+        pattern=r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_.]*$",
+        description="`package.module:function` (importable) or `path/to/file.py:function` "
+        "(relative to the working directory); the other keys of `loss` are its keyword arguments.",
+    )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+CUSTOM_TAG = "module:function"
 CONFIG_CLASSES = (GRPOConfig, PGConfig, FISConfig, GSPOConfig, GEPOConfig)
-LossConfig = Annotated[Union[CONFIG_CLASSES], Field(discriminator="name")]
 LOSS_NAMES: tuple[str, ...] = tuple(n for c in CONFIG_CLASSES for n in get_args(c.model_fields["name"].annotation))
+_CLASS_OF = {n: c for c in CONFIG_CLASSES for n in get_args(c.model_fields["name"].annotation)}
+
+
+def loss_name(value: Any) -> str | None:
+    """The union tag of a loss config: its built-in name, or CUSTOM_TAG for an import path."""
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return CUSTOM_TAG if isinstance(name, str) and ":" in name else name
+
+
+LossConfig = Annotated[
+    Union[tuple(Annotated[c, Tag(n)] for n, c in _CLASS_OF.items()) + (Annotated[CustomLossConfig, Tag(CUSTOM_TAG)],)],
+    Discriminator(loss_name),
+]
 _ADAPTER: TypeAdapter = TypeAdapter(LossConfig)
 
 
 def parse_loss_config(name: str, **cfg: Any) -> BaseModel:
     """Validate `cfg` for loss `name`; ValueError naming the loss and the offending field."""
-    if name not in LOSS_NAMES:
-        raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(LOSS_NAMES)}")
+    if name not in LOSS_NAMES and ":" not in name:
+        raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(LOSS_NAMES)}, "
+                         "or module:function for a loss of your own")
     try:
         return _ADAPTER.validate_python({**cfg, "name": name})
     except ValidationError as e:

@@ -3,7 +3,8 @@
 A loss is chosen by configuration only: `build_loss("f-tis", g=5, reduction="mean")` or, from
 the node's YAML, `loss: {name: f-tis, g: 5, reduction: mean}` parsed as `LossConfig` (a pydantic
 discriminated union on `name`) and passed to `build_loss_from_config`. The returned callable
-is `fn(inputs: LossInputs) -> LossOutputs`, pure (no state, no logging).
+is `fn(inputs: LossInputs) -> LossOutputs`, pure (no state, no logging). A name holding a colon
+is a loss of the user's own by import path (losses.custom).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from losses.base import LossInputs, LossOutputs
-from losses.config import CONFIG_CLASSES, LOSS_NAMES, parse_loss_config
+from losses.config import CONFIG_CLASSES, LOSS_NAMES, CustomLossConfig, parse_loss_config
+from losses.custom import CustomLoss
 from losses.fis import fis_loss
 from losses.gepo import gepo_loss
 from losses.grpo import grpo_loss, pg_loss
@@ -46,8 +48,10 @@ def build_loss_from_config(cfg: BaseModel | Mapping[str, Any]) -> LossFn:
     """`fn(inputs) -> LossOutputs` from a parsed LossConfig (or a mapping with a `name` key)."""
     if isinstance(cfg, Mapping):
         if "name" not in cfg:
-            raise ValueError(f"loss config needs a 'name', one of {', '.join(LOSS_NAMES)}")
+            raise ValueError(f"loss config needs a 'name', one of {', '.join(LOSS_NAMES)}, or module:function")
         cfg = parse_loss_config(**cfg)
+    if isinstance(cfg, CustomLossConfig):
+        return CustomLoss(cfg)
     if not isinstance(cfg, CONFIG_CLASSES):
         raise ValueError(f"not a loss config: {cfg!r}")
     return functools.partial(LOSS_FUNCTIONS[cfg.name], cfg=cfg)

@@ -8,7 +8,8 @@ complete `round-*` dir.
 
 Layout of one checkpoint:
   model/      full fine-tuning: a plain HF model dir (config + safetensors + tokenizer)
-  adapter/    LoRA: standard peft adapter files (PeftModel.from_pretrained loads them)
+  adapter/    LoRA: standard peft adapter files (PeftModel.from_pretrained loads them; its
+              base_model_name_or_path is the base model's local dir) and the tokenizer
   optimizer.pt  optimizer state_dict (torch.save, local file only — never sent to peers)
   state.json  round, policy_version, python/torch RNG states, extra node state
 """
@@ -49,6 +50,7 @@ def save(ckpt_dir: Path, *, model, tokenizer, optimizer, round_: int, policy_ver
     tmp.mkdir()
     if _is_peft(model):
         model.save_pretrained(tmp / "adapter")
+        tokenizer.save_pretrained(tmp / "adapter")
     else:
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")

@@ -21,7 +21,7 @@ from node.generation.config import GenerationConfig
 from node.metrics import MetricsConfig
 from node.models.config import ModelConfig
 from node.round.config import IngestConfig, SelectConfig, TrainConfig
-from node.tasks.config import TaskConfig
+from node.tasks.config import FILE_TAG, GYM_TAG, FileDatasetSpec, TaskConfig
 from swarm.config import SwarmConfig
 
 
@@ -67,6 +67,8 @@ class NodeConfig(BaseModel):
     def _federated_needs_lora(self) -> NodeConfig:
         if self.federated is not None and self.model.lora is None:
             raise ValueError("federated mode averages LoRA adapters: set model.lora")
+        if self.federated is not None and any(isinstance(s, FileDatasetSpec) for s in self.tasks.datasets):
+            raise ValueError("federated mode splits reasoning-gym task families: tasks.datasets cannot hold files")
         return self
 
 
@@ -88,9 +90,10 @@ def parse_config(data: dict[str, Any], source: str = "config") -> NodeConfig:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in err["loc"] if p not in (GYM_TAG, FILE_TAG)) or "(top level)"
         more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise ConfigError(f"config error in {source}: {where}: {err['msg']}{more}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"config error in {source}: {where}: {msg}{more}") from None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> NodeConfig:

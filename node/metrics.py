@@ -1,5 +1,6 @@
 """Per-round metrics: a JSONL log (read by `swarm plot` and bench/), a prometheus-client
-`/metrics` endpoint (off unless a port is configured), and one readable console line per round.
+`/metrics` endpoint (off unless a port is configured), one readable console line per round, and
+the trackers of `report_to` (TensorBoard, Weights & Biases: node.tracking).
 
 Each JSONL line is flushed and fsync'd as it is written, so a `kill -9` loses no finished
 round. Rounds re-run after a resume append new lines (marked `"resumed": true` on the first);
@@ -12,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,6 +23,8 @@ from prometheus_client import (
     start_http_server,
 )
 from pydantic import BaseModel, ConfigDict, Field
+
+from node.tracking import build_trackers, scalars_of
 
 
 class MetricsConfig(BaseModel):
@@ -33,6 +36,13 @@ class MetricsConfig(BaseModel):
     )
     prometheus_host: str = Field("127.0.0.1", description="Address /metrics binds to.")
     console: bool = Field(True, description="Print one progress line per round.")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list, description="Experiment trackers fed every metrics line (optional extras "
+        "`.[tensorboard]`, `.[wandb]`; README).")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard log dir; null = OUT/tensorboard.")
+    wandb_project: str = Field("rlswarm", min_length=1, description="W&B project; each node is one run in it.")
+    wandb_mode: Literal["online", "offline"] | None = Field(
+        None, description="W&B mode; offline needs no network (`wandb sync` later); null = WANDB_MODE or online.")
 
 
 class Prom:
@@ -90,12 +100,14 @@ class Prom:
 
 
 class MetricsLog:
-    def __init__(self, out_dir: Path, node: str, cfg: MetricsConfig, stream: TextIO = sys.stdout):
+    def __init__(self, out_dir: Path, node: str, cfg: MetricsConfig, stream: TextIO = sys.stdout,
+                 run_config: dict[str, Any] | None = None):
         self.path = out_dir / "metrics.jsonl"
         self.cfg = cfg
         self.stream = stream
         self.prom = Prom(node)
         self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
+        self.trackers = build_trackers(cfg, out_dir, node, run_config)
         self._resumed = False
 
     def mark_resumed(self) -> None:
@@ -110,8 +122,17 @@ class MetricsLog:
             f.flush()
             os.fsync(f.fileno())
         self.prom.observe(m)
+        if self.trackers:
+            scalars = scalars_of(m)
+            for t in self.trackers:
+                t.log(m["round"], scalars, m.get("time"))
         if self.cfg.console:
             print(progress_line(m), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
+        self.trackers = []
 
 
 def progress_line(m: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ class Node:
             print(self.tasks.describe(), flush=True)
             self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
                                        dht=getattr(transport, "dht", None))
-        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics)
+        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
         self._eval_set = self.tasks.eval_set()
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
@@ -76,13 +76,19 @@ class Node:
         if key not in self._prompt_cache:
             if len(self._prompt_cache) > 4096:
                 self._prompt_cache.clear()
-            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt)
+            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt,
+                                                   task.messages)
         return self._prompt_cache[key]
 
     # -- evaluation --------------------------------------------------------------------------
     def eval_due(self, round_: int) -> bool:
         every = self.cfg.eval.every
         return bool(every and self._eval_set) and ((round_ + 1) % every == 0 or round_ + 1 == self.cfg.rounds)
+
+    @property
+    def eval_size(self) -> int:
+        """Held-out items (a file dataset may hold fewer than tasks.eval_size)."""
+        return len(self._eval_set)
 
     def evaluate(self) -> float:
         """Held-out accuracy: one sampled completion per item, fraction fully correct."""
@@ -102,7 +108,7 @@ class Node:
         return (round_ + 1) % self.cfg.checkpoint.every == 0 or round_ + 1 == self.cfg.rounds
 
     def save_checkpoint(self, round_: int) -> Path:
-        extra = {"selector_rng": checkpoint.to_jsonable(self.selector.rng.getstate())}
+        extra = {"selector_rng": checkpoint.to_jsonable(self.selector.rng.getstate()), "model_spec": self.cfg.model.spec}
         return checkpoint.save(self.ckpt_dir, model=self.model, tokenizer=self.tokenizer,
                                optimizer=self.optimizer, round_=round_,
                                policy_version=self.policy_version, extra=extra,
@@ -122,6 +128,7 @@ class Node:
                     self.cfg.name, restored.round, restored.policy_version)
 
     def close(self) -> None:
+        self.log.close()
         if hasattr(self.generator, "close"):  # the vLLM backend runs an engine process
             self.generator.close()
         if self.federated is not None:

@@ -37,6 +37,14 @@ def _models(annotation: Any) -> list[type[BaseModel]]:
 
 
 def _type_name(annotation: Any) -> str:
+    models = list(dict.fromkeys(_models(annotation)))
+    if len(models) > 1:  # a tagged union of config classes: name its members
+        args = typing.get_args(annotation)
+        if type(None) in args:  # X | None
+            inner = [a for a in args if a is not type(None)]
+            return _type_name(inner[0]) + " \\| None"
+        union = "Union[" + ", ".join(m.__name__ for m in models) + "]"
+        return f"list[{union}]" if typing.get_origin(annotation) is list else union
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation).replace("typing.", "")
     text = re.sub(r"\b(?:[a-z_]+\.)+(?=[A-Z])", "", text)  # losses.config.GRPOConfig → GRPOConfig
@@ -81,12 +89,21 @@ def _section(prefix: str, model: type[BaseModel], out: list[str], seen: set[str]
             continue
         seen.add(m.__name__)
         union = len(_models(model.model_fields[path.rsplit(".", 1)[-1]].annotation)) > 1
-        _section(f"`{path}` (name: {_names(m)})" if union else path, m, out, seen)
+        _section(f"`{path}` ({_names(m)})" if union else path, m, out, seen)
+
+
+_SELECTORS = {  # union members not chosen by a literal `name`
+    "CustomLossConfig": "name: module:function",
+    "DatasetSpec": "name: a reasoning-gym dataset",
+    "FileDatasetSpec": "file: a dataset file",
+}
 
 
 def _names(m: type[BaseModel]) -> str:
-    """The `name` values that select this member of a discriminated union."""
-    return " \\| ".join(typing.get_args(m.model_fields["name"].annotation))
+    """What selects this member of a discriminated union (its `name` values, or _SELECTORS)."""
+    if m.__name__ in _SELECTORS:
+        return _SELECTORS[m.__name__]
+    return "name: " + " \\| ".join(typing.get_args(m.model_fields["name"].annotation))
 
 
 def render() -> str:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
+    from losses.plugin import PluginError
     from node.config import ConfigError
+    from node.export import ExportError
+    from node.tasks.config import DatasetError
+    from node.tracking import TrackingError
 
-    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
+    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError, PluginError, DatasetError, TrackingError,
+                                          ExportError]
     try:
         from node.models.load import ModelNotFound
 

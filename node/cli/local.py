@@ -4,7 +4,7 @@ Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, check
 config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
 ``tasks.seed=tasks.seed+i`` — its own task stream, the same held-out set (tasks.eval_seed) — so
 the nodes have different groups to exchange. The run ends with a per-node table (reward and
-held-out accuracy first vs last) and ``OUT/reward.png``.
+held-out accuracy first vs last) and ``OUT/metrics.png``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def _fmt(x: float | None) -> str:
 
 
 def summarize(out: Path, names: list[str]) -> None:
-    """Per-node table (rounds, groups used, reward and held-out accuracy first vs last) + reward.png."""
+    """Per-node table (rounds, groups used, reward and held-out accuracy first vs last) + metrics.png."""
     from rich.console import Console
     from rich.table import Table
 
@@ -174,4 +174,4 @@ def summarize(out: Path, names: list[str]) -> None:
     if dirs:
         from node.cli.plot import plot_runs
 
-        print(f"plot: {plot_runs(dirs, out / 'reward.png')}")
+        print(f"plot: {plot_runs(dirs, out / 'metrics.png')}")

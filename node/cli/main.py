@@ -6,6 +6,7 @@
   swarm models list | fetch NAME
   swarm eval --config FILE [--checkpoint DIR]
   swarm plot DIR... [--out PNG]
+  swarm export RUN_DIR --out DIR [--merge]
   swarm config show --config FILE
 
 Every user-facing failure (bad config, missing model, unreachable bootstrap peers) ends with one
@@ -139,8 +140,18 @@ def cmd_eval(args) -> int:
 def cmd_plot(args) -> int:
     from node.cli.plot import plot_runs
 
-    path = plot_runs([Path(d) for d in args.dirs], Path(args.out))
+    dirs = [Path(d) for d in args.dirs]
+    path = plot_runs(dirs, Path(args.out) if args.out else dirs[0] / "metrics.png")
     print(path)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from node.export import export
+
+    m = export(Path(args.run_dir), Path(args.out), merge=args.merge)
+    base = f" on {m['base_model']}" if m["base_model"] else ""
+    print(f"{args.out}: {m['kind']} model{base}, round {m['round']} (policy v{m['policy_version']})")
     return 0
 
 
@@ -203,10 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--set", action="append", metavar="KEY=VALUE")
     e.set_defaults(fn=cmd_eval)
 
-    pl = sub.add_parser("plot", help="PNG of reward / accuracy / IS weights per round")
-    pl.add_argument("dirs", nargs="+", help="run dirs holding metrics.jsonl")
-    pl.add_argument("--out", default="reward.png")
+    pl = sub.add_parser("plot", help="PNG of reward, accuracy, held-out accuracy, loss, KL and groups per round")
+    pl.add_argument("dirs", nargs="+", help="run dirs holding metrics.jsonl (several: one figure, compared)")
+    pl.add_argument("--out", help="PNG path (default: metrics.png in the first run dir)")
     pl.set_defaults(fn=cmd_plot)
+
+    ex = sub.add_parser("export", help="the newest checkpoint as a folder transformers / peft loads")
+    ex.add_argument("run_dir", help="a node's run dir (holding checkpoints/)")
+    ex.add_argument("--out", required=True, help="output folder (must not exist or be empty)")
+    ex.add_argument("--merge", action="store_true", help="LoRA: merge the adapter into a full model")
+    ex.set_defaults(fn=cmd_export)
 
     c = sub.add_parser("config", help="show the resolved config")
     c.add_argument("action", choices=["show", "doc"], help="show: the resolved config; doc: the reference (markdown)")

@@ -1,18 +1,34 @@
-"""`swarm plot`: reward, held-out accuracy and importance weights per round, one line per node."""
+"""`swarm plot DIR... [--out PNG]`: the panels a researcher reads, one colour per node, several runs on one figure.
+
+  reward            mean reward of the node's own completions: per round (thin) and EMA-smoothed
+  accuracy          fraction of own completions with reward ≥ 1, the same way
+  held-out accuracy one sampled completion per held-out item, ± one binomial standard error
+                    √(p(1 − p)/n); round −1 is the evaluation before training
+  loss              the training loss per optimizer step (raw and smoothed)
+  KL to sampler     k3 estimate of KL(μ ‖ π_θ) on own (solid) and peers' (dashed) tokens
+  groups            groups trained on per round: own (solid) and peers' (dashed)
+
+Rounds are integers on every axis. By default the PNG goes into the first run dir (metrics.png).
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from node.metrics import read_metrics  # noqa: E402
 
+EMA = 0.8  # weight of the past in the smoothed lines (TensorBoard's smoothing, debiased)
+
 
 def _runs(dirs: list[Path]) -> dict[str, list[dict]]:
+    """label → metrics rows; a dir holds one node's metrics.jsonl or one per node subdir (`swarm local`)."""
     runs = {}
     for d in dirs:
         files = [d / "metrics.jsonl"] if (d / "metrics.jsonl").is_file() else sorted(d.glob("*/metrics.jsonl"))
@@ -20,30 +36,103 @@ def _runs(dirs: list[Path]) -> dict[str, list[dict]]:
             raise FileNotFoundError(f"no metrics.jsonl in {d} or its subdirectories")
         for f in files:
             rows = read_metrics(f)
-            if rows:
-                runs[rows[0]["node"] if len(files) == 1 and len(dirs) == 1 else f"{f.parent.name}"] = rows
+            if not rows:
+                continue
+            if len(dirs) == 1:
+                label = rows[0].get("node", f.parent.name) if len(files) == 1 else f.parent.name
+            else:
+                label = d.name if len(files) == 1 else f"{d.name}/{f.parent.name}"
+            runs[label] = rows
+    if not runs:
+        raise FileNotFoundError(f"no metrics rows in {', '.join(map(str, dirs))}")
     return runs
 
 
+def ema(values: list[float], weight: float = EMA) -> list[float]:
+    """Debiased exponential moving average (NaNs are skipped, not propagated)."""
+    out, acc, norm = [], 0.0, 0.0
+    for v in values:
+        if v is not None and not math.isnan(v):
+            acc, norm = weight * acc + (1 - weight) * v, weight * norm + (1 - weight)
+        out.append(acc / norm if norm else float("nan"))
+    return out
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    pts = [(m["round"], float(m[key])) for m in rows if m.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _smoothed(ax, rows, key, color, label) -> None:
+    x, y = _series(rows, key)
+    if x:
+        ax.plot(x, y, color=color, alpha=0.3, linewidth=1)
+        ax.plot(x, ema(y), color=color, linewidth=2, label=label)
+
+
+def _held_out(ax, rows, color, label) -> None:
+    pts = []
+    if rows[0].get("eval_accuracy_before") is not None:
+        pts.append((-1, rows[0]["eval_accuracy_before"], rows[0].get("eval_size")))
+    pts += [(m["round"], m["eval_accuracy"], m.get("eval_size")) for m in rows if m.get("eval_accuracy") is not None]
+    if not pts:
+        return
+    x, p, n = zip(*pts)
+    err = [math.sqrt(pi * (1 - pi) / ni) if ni else 0.0 for pi, ni in zip(p, n)]
+    ax.errorbar(x, p, yerr=err, color=color, marker="o", capsize=3, label=label)
+
+
 def plot_runs(dirs: list[Path], out: Path) -> Path:
-    runs = _runs(dirs)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for name, rows in runs.items():
-        rounds = [m["round"] for m in rows]
-        axes[0].plot(rounds, [m["reward_mean"] for m in rows], label=name, alpha=0.8)
-        ev = [(m["round"], m["eval_accuracy"]) for m in rows if m.get("eval_accuracy") is not None]
-        if rows[0].get("eval_accuracy_before") is not None:
-            ev.insert(0, (-1, rows[0]["eval_accuracy_before"]))
-        if ev:
-            axes[1].plot(*zip(*ev), marker="o", label=name)
-        axes[2].plot(rounds, [m.get("is_weight_max", float("nan")) for m in rows], label=name)
-    for ax, title in zip(axes, ["mean reward (own groups)", "held-out accuracy", "max IS weight"]):
-        ax.set_title(title)
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig = figure(_runs(dirs))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def figure(runs: dict[str, list[dict]]):
+    """The six panels (module docstring) for label → metrics rows."""
+    colors = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    (ax_rew, ax_acc, ax_eval), (ax_loss, ax_kl, ax_groups) = axes
+    for k, (name, rows) in enumerate(runs.items()):
+        c = colors[k % len(colors)]
+        _smoothed(ax_rew, rows, "reward_mean", c, name)
+        _smoothed(ax_acc, rows, "accuracy", c, name)
+        _held_out(ax_eval, rows, c, name)
+        _smoothed(ax_loss, rows, "loss", c, name)
+        trained = [m for m in rows if m.get("rows_trained")]
+        peers = [m for m in trained if m.get("groups_external")]  # rounds that trained on peers' tokens
+        for subset, key, style, who in ((trained, "kl_beh_local", "-", "own"), (peers, "kl_beh_external", "--", "peers")):
+            x, y = _series(subset, key)
+            if x:
+                ax_kl.plot(x, y, style, color=c, marker=".", label=f"{name} ({who})")
+        for key, style, who in (("groups_local", "-", "own"), ("groups_external", "--", "peers")):
+            x, y = _series(rows, key)
+            if who == "own" or any(y):
+                ax_groups.plot(x, y, style, color=c, marker=".", label=f"{name} ({who})")
+    titles = [
+        (ax_rew, f"mean reward, own completions (thin: per round, thick: EMA {EMA})"),
+        (ax_acc, "accuracy (reward ≥ 1), own completions"),
+        (ax_eval, "held-out accuracy ± 1 s.e. (round −1: before training)"),
+        (ax_loss, "training loss"),
+        (ax_kl, "KL(μ ‖ π_θ) estimate: own tokens (—), peers' (- -)"),
+        (ax_groups, "groups trained per round: own (—), peers' (- -)"),
+    ]
+    for ax, title in titles:
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax is not ax_kl:  # no "1 + 1e-5" offset axes; KL keeps scientific notation for tiny values
+            ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+        ax.grid(alpha=0.3)
+    ax_groups.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_groups.set_ylim(bottom=0)
+    for ax in (ax_acc, ax_eval):
+        ax.set_ylim(-0.02, 1.02)
+    ax_rew.legend(fontsize=8, loc="best")
+    for ax in (ax_kl, ax_groups):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig

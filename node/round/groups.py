@@ -60,5 +60,5 @@ def verify_group(
     **meta,
 ) -> Group:
     """Score each completion with this node's verifier and normalise within the group."""
-    rewards = [tasks.score(task, c.text) for c in completions]
+    rewards = tasks.score_group(task, [c.text for c in completions])
     return Group(task, list(completions), rewards, advantages(rewards, mode), **meta)

@@ -53,6 +53,7 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards),
         "eval_accuracy": eval_accuracy,
         "eval_accuracy_before": node.eval_before if out.round == 0 else None,
+        "eval_size": node.eval_size if eval_accuracy is not None or out.round == 0 else None,
         "groups_local": sel.local,
         "groups_external": sel.external,
         "groups_published": len(out.local) if out.wire_bytes else 0,

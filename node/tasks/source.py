@@ -1,6 +1,9 @@
-"""Verifiable tasks from reasoning-gym: sampling, exact regeneration, prompts and rewards.
+"""Verifiable tasks: sampling, exact regeneration, prompts and rewards.
 
-A task is named by a `TaskRef {dataset, config, seed, index}`. reasoning-gym datasets are
+A task is named by a `TaskRef {dataset, config, seed, index}`. A mix may hold reasoning-gym
+datasets and dataset files of the user's own (node.tasks.files: `dataset = "file:<name>"`, the
+file's content hash in `config`, the row in `index`, rewards from functions by import path);
+`TaskSource` serves both through the same methods. reasoning-gym datasets are
 procedural and deterministic: item `index` of `create_dataset(dataset, seed=seed, **config)` is the
 same question and ground truth on every machine, so a receiver regenerates every external task
 itself and scores completions with its *own* verifier (docs/ARCHITECTURE.md §4). Claimed rewards are never used.
@@ -16,35 +19,17 @@ The reward is the dataset's own `score_answer(answer, entry)` in [0, 1] (partial
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Any
 
 from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 
-from node.tasks.config import TaskConfig
+from node.tasks.config import DatasetSpec, FileDatasetSpec, TaskConfig
+from node.tasks.files import FileTasks, is_file_ref
 from node.tasks.gym import INDEX_SPACE, build_dataset, config_key, dataset_names
+from node.tasks.task import Task, TaskError
 from protocols.records import TaskRef
 
 DATASET_NAMES = frozenset(dataset_names())
-
-
-
-@dataclass(frozen=True)
-class Task:
-    """A regenerated task: its reference, the question, and the verifier's entry."""
-
-    ref: TaskRef
-    question: str
-    answer: str  # ground truth as the dataset states it (for logs and SFT, never sent)
-    entry: dict[str, Any]  # the full reasoning-gym item, needed by score_answer
-
-
-class TaskError(ValueError):
-    """A TaskRef this node cannot or will not regenerate; `reason` feeds the drop counter."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
+__all__ = ["DATASET_NAMES", "Task", "TaskError", "TaskSource", "extract", "regenerate", "render_prompt", "score"]
 
 
 def regenerate(ref: TaskRef) -> Task:
@@ -66,30 +51,43 @@ class TaskSource:
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
         accepted = cfg.accept_external if cfg.accept_external is not None else cfg.datasets
-        self._allowed = {(s.name, config_key(s.config)) for s in accepted}
+        self._allowed = {(s.name, config_key(s.config)) for s in accepted if isinstance(s, DatasetSpec)}
         self._weights = [s.weight for s in cfg.datasets]
+        self.files = FileTasks([s for s in cfg.datasets if isinstance(s, FileDatasetSpec)],
+                               [s for s in accepted if isinstance(s, FileDatasetSpec)])
 
     def sample(self, round_: int, n: int) -> list[Task]:
         """B tasks for `round_`: the dataset by weight, then the next unused index of that stream."""
         rng = random.Random(f"{self.cfg.seed}/{round_}")
         specs = rng.choices(self.cfg.datasets, weights=self._weights, k=n)
-        # Index i of round r is r * n + i: distinct items across rounds of a fixed-size run.
-        return [
-            regenerate(TaskRef(s.name, dict(s.config), self.cfg.seed, round_ * n + i))
-            for i, s in enumerate(specs)
-        ]
+        # Position i of round r is r * n + i: distinct items across rounds of a fixed-size run.
+        return [self._stream_item(s, self.cfg.seed, round_ * n + i) for i, s in enumerate(specs)]
+
+    def _stream_item(self, spec: DatasetSpec | FileDatasetSpec, seed: int, position: int) -> Task:
+        if isinstance(spec, FileDatasetSpec):  # a row of the file's training order (node.tasks.file_order)
+            return self.files.train_task(spec.name, seed, position)
+        return regenerate(TaskRef(spec.name, dict(spec.config), seed, position))
 
     def eval_set(self) -> list[Task]:
-        """Held-out items: the same mix from a disjoint seed, fixed for the whole run."""
+        """Held-out items: the same mix from a disjoint seed (files: their held-out rows), fixed for the run."""
         seed = self.cfg.eval_seed
+        held_out = {s.name: iter(self.files.eval_tasks(s.name)) for s in self.cfg.datasets
+                    if isinstance(s, FileDatasetSpec)}
         out = []
         for i in range(self.cfg.eval_size):
             spec = self.cfg.datasets[i % len(self.cfg.datasets)]
-            out.append(regenerate(TaskRef(spec.name, dict(spec.config), seed, i)))
+            if isinstance(spec, FileDatasetSpec):
+                task = next(held_out[spec.name], None)  # a file holds `holdout` items, then none
+                if task is not None:
+                    out.append(task)
+            else:
+                out.append(regenerate(TaskRef(spec.name, dict(spec.config), seed, i)))
         return out
 
     def check_external(self, ref: TaskRef) -> Task:
-        """Regenerate a peer's task if its dataset and config are on the allow-list."""
+        """Regenerate a peer's task if its dataset and config (or its file's content) are on the allow-list."""
+        if is_file_ref(ref):
+            return self.files.check_external(ref)
         if ref.dataset not in DATASET_NAMES:
             raise TaskError("unknown_dataset", f"unknown dataset {ref.dataset!r}")
         if (ref.dataset, config_key(ref.config)) not in self._allowed:
@@ -104,8 +102,15 @@ class TaskSource:
         return extract(completion, self.cfg.extraction)
 
     def score(self, task: Task, completion: str) -> float:
-        """Reward in [0, 1] from the dataset's own verifier; unparseable answer ⇒ 0."""
-        return score(task, completion, self.cfg.extraction)
+        """Reward of one completion (score_group)."""
+        return self.score_group(task, [completion])[0]
+
+    def score_group(self, task: Task, completions: list[str]) -> list[float]:
+        """Rewards from this node's verifier: reasoning-gym's (in [0, 1], unparseable answer ⇒ 0) or,
+        for a file task, the sum of this node's reward functions, called once for the group."""
+        if is_file_ref(task.ref):
+            return self.files.score(task, completions)
+        return [score(task, c, self.cfg.extraction) for c in completions]
 
 
 def extract(completion: str, mode: str = "strict") -> str | None:
@@ -128,9 +133,10 @@ def score(task: Task, completion: str, mode: str = "strict") -> float:
     return min(max(reward, 0.0), 1.0)
 
 
-def render_prompt(tokenizer, question: str, system_prompt: str | None) -> str:
-    """The chat-templated prompt text (generation prompt appended)."""
-    messages = [{"role": "user", "content": question}]
-    if system_prompt:
+def render_prompt(tokenizer, question: str, system_prompt: str | None, messages=None) -> str:
+    """The chat-templated prompt text (generation prompt appended); `messages` (a file row's chat
+    prompt) replace the single user message, the system prompt going first unless they hold one."""
+    messages = [dict(m) for m in messages] if messages else [{"role": "user", "content": question}]
+    if system_prompt and messages[0].get("role") != "system":
         messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

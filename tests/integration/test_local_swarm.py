@@ -41,7 +41,7 @@ def test_three_nodes_train_on_each_others_groups(tmp_path):
         assert used and used <= set(peer_ids.values()) - {own}, (name, used)
         assert sum(m["groups_external"] for m in rows) > 0
         assert all(m["rows_trained"] > 0 for m in rows)
-    assert "held-out acc" in out and (tmp_path / "reward.png").stat().st_size > 0
+    assert "held-out acc" in out and (tmp_path / "metrics.png").stat().st_size > 0
 
 
 def test_ctrl_c_stops_every_process(tmp_path):
