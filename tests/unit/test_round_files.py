@@ -16,6 +16,7 @@ from pathlib import Path
 from node.config import parse_config
 from node.node import Node
 from node.round.loop import run_round
+from node.runner import meet_peers
 from swarm.memory import InMemoryHub, InMemoryTransport
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo"
@@ -32,7 +33,7 @@ def _config(name: str, seed: int, data: Path) -> dict:
                   "system_prompt": None, "eval_size": 4, "seed": seed},
         "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
         "select": {"local_groups": 2, "external_groups": 4, "drop_zero_advantage": False},
-        "swarm": {"enabled": True, "gather_timeout_s": 30, "gather_min_peers": 2},
+        "swarm": {"enabled": True, "wait_s": 30, "start_with_peers": 2},  # start together, then no lockstep
         "eval": {"every": ROUNDS, "at_start": False}, "checkpoint": {"every": 100},
         "metrics": {"console": False},
     }
@@ -53,6 +54,7 @@ def test_two_nodes_train_on_each_others_file_tasks_and_a_third_file_is_dropped(t
     results: dict[int, list[dict]] = {i: [] for i in range(3)}
 
     def run(i: int) -> None:
+        meet_peers(nodes[i])
         for r in range(ROUNDS):
             results[i].append(run_round(nodes[i], r))
 
@@ -69,12 +71,14 @@ def test_two_nodes_train_on_each_others_file_tasks_and_a_third_file_is_dropped(t
     for i, other in ((0, "peer-1"), (1, "peer-0")):
         rows = results[i]
         assert [m["round"] for m in rows] == list(range(ROUNDS))
-        assert all(m["groups_external"] > 0 for m in rows), rows  # every round: the other node's groups
+        assert sum(m["groups_external"] for m in rows) > 0, rows  # trained on the other node's groups
         assert {p for m in rows for p in m["external_peers"]} == {other}
         assert all(m["policy_version"] == k + 1 for k, m in enumerate(rows))
-        assert all(m["drops"].get("dataset_mismatch", 0) == 2 for m in rows), [m["drops"] for m in rows]
+        # the third node's records (2 a round) are regenerated from our own file: another hash, dropped
+        assert sum(m["drops"].get("dataset_mismatch", 0) for m in rows) >= 2, [m["drops"] for m in rows]
         assert rows[-1]["eval_accuracy"] is not None
     third = results[2]
     assert all(m["groups_external"] == 0 for m in third)
-    assert all(m["drops"].get("dataset_mismatch", 0) == 4 for m in third), [m["drops"] for m in third]
+    assert sum(m["drops"].get("dataset_mismatch", 0) for m in third) >= 4, [m["drops"] for m in third]
+    assert set().union(*(m["drops"] for m in third)) == {"dataset_mismatch"}
     assert nodes[0].tasks.files.by_name["arithmetic"].sha256 != nodes[2].tasks.files.by_name["arithmetic"].sha256
