@@ -24,7 +24,7 @@ class SplitConfig(BaseModel):
     client: int = Field(0, ge=0, le=4095, description="This node's row of the split (swarm local sets it).")
     private_size: int = Field(256, ge=1, le=10_000_000, description="Private items per client (equal sizes).")
     public_size: int = Field(64, ge=1, le=10_000_000, description="Items in the shared public set.")
-    seed: int = Field(0, ge=0, le=2**31 - 2, description="Shared by every client: the split, item streams and public draws.")
+    seed: int = Field(0, ge=0, le=2**28 - 1, description="Shared by every client: the split, item streams and public draws.")
 
     @model_validator(mode="after")
     def _client_in_range(self) -> SplitConfig:

@@ -34,43 +34,49 @@ from node.federated.config import FederatedConfig, SplitConfig
 from node.federated.pubswap import Response, balanced, is_public_round, random_draw
 from node.round.groups import SELF, Group, advantages
 from node.round.select import Selection
+from node.tasks import streams
 from node.tasks.config import TaskConfig
 from node.tasks.source import Task, TaskSource, regenerate
 from protocols.records import TaskRef
 
 
 class FederatedTasks(TaskSource):
-    """Private items of this client, the shared public set, and the global held-out set."""
+    """Private items of this client, the shared public set, and the global held-out set.
+
+    Private items, public items and held-out items come from three disjoint streams
+    (node.tasks.streams), and no private item asks a public or held-out question, nor a public
+    item a held-out one: a public prompt is never something a client also trains on privately.
+    """
 
     def __init__(self, cfg: TaskConfig, split: SplitConfig):
         super().__init__(cfg)
-        if cfg.eval_seed in (split.seed, split.seed + 1):
-            raise ValueError("tasks.eval_seed collides with federated.split.seed (held-out items would be trained on)")
         self.split = split
         self.counts = fedsplit.dirichlet_counts(len(cfg.datasets), split.clients, split.alpha, split.private_size,
                                                 split.seed)
-        self.private = fedsplit.private_items(self.counts[split.client], split.client, split.private_size)
-        self.public_set = fedsplit.public_items(len(cfg.datasets), split.public_size)
+        pub, priv = streams.public_seed(split.seed), streams.private_seed(split.seed)
+        self.public_set = [self.excluded.first_allowed(self._maker(f, pub), i)
+                           for f, i in fedsplit.public_items(len(cfg.datasets), split.public_size)]
+        private_excluded = streams.Excluded(self.excluded.questions | {t.question for t in self.public_set})
+        self.private = [private_excluded.first_allowed(self._maker(f, priv), i)
+                        for f, i in fedsplit.private_items(self.counts[split.client], split.client, split.private_size)]
 
-    def _ref(self, family: int, index: int, seed: int) -> TaskRef:
+    def _maker(self, family: int, seed: int):
         spec = self.cfg.datasets[family]
-        return TaskRef(spec.name, dict(spec.config), seed, index)
+        return lambda index: regenerate(TaskRef(spec.name, dict(spec.config), seed, index))
 
     def sample(self, round_: int, n: int) -> list[Task]:
         """B items of this client's private set (without replacement within a round)."""
         rng = random.Random(f"{self.cfg.seed}/{round_}")
-        picks = rng.sample(self.private, n) if n <= len(self.private) else rng.choices(self.private, k=n)
-        return [regenerate(self._ref(f, i, self.split.seed)) for f, i in picks]
+        return rng.sample(self.private, n) if n <= len(self.private) else rng.choices(self.private, k=n)
 
     def public(self, step: int, n: int) -> list[Task]:
         """Public step `step`'s prompts: the same on every node (seeded by split seed and step index)."""
         rng = random.Random(f"{self.split.seed}/public/{step}")
-        picks = rng.sample(self.public_set, n) if n <= len(self.public_set) else rng.choices(self.public_set, k=n)
-        return [regenerate(self._ref(f, i, self.split.seed + 1)) for f, i in picks]
+        return rng.sample(self.public_set, n) if n <= len(self.public_set) else rng.choices(self.public_set, k=n)
 
     def is_public(self, ref: TaskRef) -> bool:
-        """Whether a task is one of the shared public set's (its stream is split seed + 1)."""
-        return ref.seed == self.split.seed + 1
+        """Whether a task is one of the shared public set's (its stream is the split's public stream)."""
+        return ref.seed == streams.public_seed(self.split.seed)
 
     def family_names(self) -> list[str]:
         names = [s.name for s in self.cfg.datasets]

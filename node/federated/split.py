@@ -10,9 +10,10 @@ The split is a pure function of (families, clients, α, S, seed): every node com
 table from the shared seed and takes its own row, so no coordinator is needed and the table a
 node prints is the one every node uses.
 
-Items: client n's j-th item of family f is index 1 + n·S + j of the family's stream under the
-split seed (disjoint across clients); the public set is indices 0..P−1 of the stream under
-seed + 1, families in turn (representative, shared by every client).
+Items: client n's j-th item of family f is position n·S + j of the family's private stream
+(disjoint across clients); the public set is positions 0..P−1 of the public stream, families in
+turn (representative, shared by every client). The two streams never share an item and private
+items never ask a public or held-out question (node.tasks.streams, node.federated.mode).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def private_items(counts: list[int], client: int, per_client: int) -> list[tuple
     """(family, index) of one client's private items, in a fixed order."""
     out = []
     for f, c in enumerate(counts):
-        out += [(f, 1 + client * per_client + j) for j in range(c)]
+        out += [(f, client * per_client + j) for j in range(c)]
     return out
 
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 # Seed offset for the held-out evaluation stream: disjoint from any training seed a config uses.
 EVAL_SEED = 1_000_003
@@ -110,7 +118,8 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     datasets: list[DatasetEntry] = Field(min_length=1, description=(
         "The task mix: reasoning-gym datasets (`name:`) and dataset files of your own (`file:`)."))
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of this node's task stream.")
+    seed: int = Field(0, ge=0, le=2**29 - 1, description="This node's task stream: streams of different seeds "
+                      "never share an item (node.tasks.streams).")
     system_prompt: str | None = Field(
         "default",
         description="A reasoning-gym SYSTEM_PROMPTS key, a literal prompt, or null for none.",
@@ -119,18 +128,13 @@ class TaskConfig(BaseModel):
         "strict", description="How the answer is read from a completion (module docstring)."
     )
     eval_size: int = Field(64, ge=0, le=10_000, description="Held-out evaluation items.")
-    eval_seed: int = Field(EVAL_SEED, ge=0, le=2**31 - 1, description=(
-        "Seed of the held-out set: the same on every node so accuracies compare; keep it apart from task seeds."))
+    eval_seed: int = Field(EVAL_SEED, ge=0, le=2**29 - 1, description=(
+        "Seed of the held-out set: the same on every node so accuracies compare. Its items come from a "
+        "stream apart from every training stream, and training streams skip its questions."))
     accept_external: list[DatasetEntry] | None = Field(
         None,
         description="Allow-list (dataset + exact config, or dataset file) for peers' tasks; null = this node's own mix.",
     )
-
-    @model_validator(mode="after")
-    def _eval_apart(self) -> TaskConfig:
-        if self.eval_seed == self.seed:
-            raise ValueError(f"eval_seed equals seed ({self.seed}): the held-out set would be the training stream")
-        return self
 
     @field_validator("datasets")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 
 import reasoning_gym
 
-INDEX_SPACE = 1_000_000_000  # valid item indexes: 0 .. INDEX_SPACE − 1
+INDEX_SPACE = 1 << 32  # valid item indexes: 0 .. INDEX_SPACE − 1 (one stream, node.tasks.streams)
 
 
 def config_key(config: dict[str, Any]) -> str:

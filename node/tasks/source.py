@@ -25,6 +25,7 @@ from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 from node.tasks.config import DatasetSpec, FileDatasetSpec, TaskConfig
 from node.tasks.files import FileTasks, is_file_ref
 from node.tasks.gym import INDEX_SPACE, build_dataset, config_key, dataset_names
+from node.tasks.streams import Excluded, eval_seed, train_seed
 from node.tasks.task import Task, TaskError
 from protocols.records import TaskRef
 
@@ -46,7 +47,12 @@ def regenerate(ref: TaskRef) -> Task:
 
 
 class TaskSource:
-    """This node's deterministic task stream, its held-out set, and its allow-list for peers."""
+    """This node's deterministic task stream, its held-out set, and its allow-list for peers.
+
+    Streams never share items (node.tasks.streams): the training stream of `tasks.seed` and the
+    held-out set of `tasks.eval_seed` live in disjoint seed blocks, and no training item asks a
+    held-out question (replaced by a spare draw; a peer's such task is dropped as `held_out`).
+    """
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
@@ -55,9 +61,11 @@ class TaskSource:
         self._weights = [s.weight for s in cfg.datasets]
         self.files = FileTasks([s for s in cfg.datasets if isinstance(s, FileDatasetSpec)],
                                [s for s in accepted if isinstance(s, FileDatasetSpec)])
+        self._eval = self._build_eval_set()
+        self.excluded = Excluded({t.question for t in self._eval if not is_file_ref(t.ref)})
 
     def sample(self, round_: int, n: int) -> list[Task]:
-        """B tasks for `round_`: the dataset by weight, then the next unused index of that stream."""
+        """B tasks for `round_`: the dataset by weight, then the next unused position of that stream."""
         rng = random.Random(f"{self.cfg.seed}/{round_}")
         specs = rng.choices(self.cfg.datasets, weights=self._weights, k=n)
         # Position i of round r is r * n + i: distinct items across rounds of a fixed-size run.
@@ -66,11 +74,16 @@ class TaskSource:
     def _stream_item(self, spec: DatasetSpec | FileDatasetSpec, seed: int, position: int) -> Task:
         if isinstance(spec, FileDatasetSpec):  # a row of the file's training order (node.tasks.file_order)
             return self.files.train_task(spec.name, seed, position)
-        return regenerate(TaskRef(spec.name, dict(spec.config), seed, position))
+        base = train_seed(seed)
+        return self.excluded.first_allowed(
+            lambda index: regenerate(TaskRef(spec.name, dict(spec.config), base, index)), position)
 
     def eval_set(self) -> list[Task]:
-        """Held-out items: the same mix from a disjoint seed (files: their held-out rows), fixed for the run."""
-        seed = self.cfg.eval_seed
+        """Held-out items: the same mix from the held-out stream (files: their held-out rows), fixed for the run."""
+        return list(self._eval)
+
+    def _build_eval_set(self) -> list[Task]:
+        base = eval_seed(self.cfg.eval_seed)
         held_out = {s.name: iter(self.files.eval_tasks(s.name)) for s in self.cfg.datasets
                     if isinstance(s, FileDatasetSpec)}
         out = []
@@ -81,7 +94,7 @@ class TaskSource:
                 if task is not None:
                     out.append(task)
             else:
-                out.append(regenerate(TaskRef(spec.name, dict(spec.config), seed, i)))
+                out.append(regenerate(TaskRef(spec.name, dict(spec.config), base, i)))
         return out
 
     def check_external(self, ref: TaskRef) -> Task:
@@ -92,7 +105,10 @@ class TaskSource:
             raise TaskError("unknown_dataset", f"unknown dataset {ref.dataset!r}")
         if (ref.dataset, config_key(ref.config)) not in self._allowed:
             raise TaskError("task_not_allowed", f"{ref.dataset} with this config is not accepted")
-        return regenerate(ref)
+        task = regenerate(ref)
+        if task.question in self.excluded:
+            raise TaskError("held_out", "the question is in this node's held-out set")
+        return task
 
     def system_prompt(self) -> str | None:
         sp = self.cfg.system_prompt

@@ -40,6 +40,10 @@ def test_config_needs_lora_and_a_client_inside_the_split():
     assert parse_config(base_config(algorithm="pubswap")).federated.pubswap.rule == "balanced"
 
 
+def _key(t):
+    return t.ref.dataset, t.ref.seed, t.ref.index
+
+
 def test_clients_share_public_prompts_and_held_out_set_but_not_private_items():
     clients = [FederatedTasks(TaskConfig(datasets=FAMILIES, seed=i, system_prompt=None, eval_size=6),
                               SplitConfig(clients=2, client=i, private_size=8, public_size=4)) for i in range(2)]
@@ -47,12 +51,11 @@ def test_clients_share_public_prompts_and_held_out_set_but_not_private_items():
     assert [t.ref for t in a.public(5, 3)] == [t.ref for t in b.public(5, 3)]
     assert [t.ref for t in a.public(5, 3)] != [t.ref for t in a.public(7, 3)]  # another round, another draw
     assert [t.ref for t in a.eval_set()] == [t.ref for t in b.eval_set()]
-    assert len(a.private) == len(b.private) == 8 and not set(a.private) & set(b.private)
-    mine = {(FAMILIES.index(next(f for f in FAMILIES if f.config == t.ref.config)), t.ref.index)
-            for r in range(10) for t in a.sample(r, 2)}
-    assert mine <= set(a.private)
-    public_refs = {(t.ref.seed, t.ref.index) for r in range(20) for t in a.public(r, 2)}
-    assert public_refs <= {(1, i) for i in range(4)}  # public items live under seed + 1, indices < public_size
+    assert len(a.private) == len(b.private) == 8 and not {_key(t) for t in a.private} & {_key(t) for t in b.private}
+    assert {_key(t) for r in range(10) for t in a.sample(r, 2)} <= {_key(t) for t in a.private}
+    public = [t for r in range(20) for t in a.public(r, 2)]
+    assert {_key(t) for t in public} <= {_key(t) for t in a.public_set} and len(a.public_set) == 4
+    assert all(a.is_public(t.ref) for t in public) and not any(a.is_public(t.ref) for t in a.private)
     assert "this node is client 0" in a.describe() and "α=0.3" in a.describe()
 
 
