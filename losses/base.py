@@ -26,9 +26,14 @@ is understated (e^−20 + 19 instead of |x| − 1). Inputs are upcast to float32
 the mask are set to 0 *before* any exp, so padding (whatever it holds) yields neither NaN
 values nor NaN gradients; a row with no tokens contributes 0 to every loss.
 
-`logp_old` is not a factor of any formula in docs/ARCHITECTURE.md §7: each takes one optimizer step per
-batch, where π_old = sg(π_θ) in value. It is reported as `kl_old` (k3 of log π_old − log π_θ),
-which is ≈ 0 unless the scoring weights differ from the training weights.
+`logp_old` is π_old, the policy at the start of the round's steps (docs/ARCHITECTURE.md §2):
+on the round's first step it equals sg(π_θ), on later PPO steps (train.epochs, mini_batches) it
+stays fixed. Losses whose trust-region ratio is against the learner itself (the F-TIS family's
+R, grpo with `ratio: old`) read it through `log_ratio_old`.
+
+Metrics: `kl_beh` estimates KL(μ‖π_θ) per token from μ's samples, k3(log π_θ − log μ) =
+r − 1 − log r with r = π_θ/μ (unbiased: E_μ[r] = 1); `kl_beh_local` / `kl_beh_external` split
+it by the rows' origin; `kl_old` is k3(log π_old − log π_θ), how far the steps moved π_θ.
 """
 
 from __future__ import annotations
@@ -90,7 +95,8 @@ class BehaviourView:
     n_tokens: Tensor  # [B] |y_i| (0.0 for an empty row)
     row_valid: Tensor  # [B] bool, rows with at least one token
     logp: Tensor  # [B, T] log π_θ (grad), 0 off the mask
-    log_ratio: Tensor  # [B, T] log π_θ − log μ per token (grad), 0 off the mask; §7 for unaligned
+    log_ratio: Tensor  # [B, T] log π_θ − log μ per token (grad), 0 off the mask; §6 for unaligned
+    log_ratio_old: Tensor  # [B, T] log π_θ − log π_old per token (grad), 0 off the mask (our tokenization)
     seq_logp: Tensor  # [B] mean_t log π_θ (grad)
     seq_logq: Tensor  # [B] mean_t log μ (no grad); log μ(y) / T_recv for unaligned rows
     advantages: Tensor  # [B] float32
@@ -160,6 +166,7 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
     seq_logp = logp.sum(dim=1) / n_safe  # [B]
     beh_seq = torch.where(aligned, zero, inputs.logp_beh_seq.detach().to(torch.float32))  # [B]
     seq_logq = torch.where(aligned, beh.sum(dim=1) / n_safe, beh_seq / n_safe)  # [B]
+    old = torch.where(valid, inputs.logp_old.detach().to(torch.float32), zero)  # [B, T]
     seq_ratio = (seq_logp - seq_logq)[:, None].expand_as(logp)  # [B, T]
     log_ratio = torch.where(aligned[:, None], logp - beh, seq_ratio)
     log_ratio = torch.where(valid, log_ratio, zero)  # [B, T]
@@ -170,6 +177,7 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
         row_valid=n_tokens > 0,
         logp=logp,
         log_ratio=log_ratio,
+        log_ratio_old=torch.where(valid, logp - old, zero),
         seq_logp=seq_logp,
         seq_logq=seq_logq,
         advantages=inputs.advantages.detach().to(torch.float32),
@@ -259,8 +267,8 @@ def loss_metrics(
     filtered: [B] bool rows whose advantage a filter zeroed (None: no filter).
     """
     w_mean, w_var, w_max = masked_stats(weight, weight_where)
-    kl_tok = k3(-view.log_ratio.detach())  # [B, T] k3 of log μ − log π_θ
-    logp_old = torch.where(view.valid, inputs.logp_old.detach().to(torch.float32), 0.0)
+    # KL(μ‖π_θ) per token from μ's samples: E_μ[r − 1 − log r] with r = π_θ/μ (k3 of log r)
+    kl_tok = k3(view.log_ratio.detach())  # [B, T]
     external = inputs.is_external[:, None] & view.valid
     return {
         "is_weight_mean": w_mean,
@@ -271,7 +279,7 @@ def loss_metrics(
         "kl_beh": _masked_mean(kl_tok, view.valid),
         "kl_beh_local": _masked_mean(kl_tok, view.valid & ~external),
         "kl_beh_external": _masked_mean(kl_tok, external),
-        "kl_old": _masked_mean(k3(logp_old - view.logp.detach()), view.valid),
+        "kl_old": _masked_mean(k3(-view.log_ratio_old.detach()), view.valid),
         "tokens": float(view.m.sum()),
     }
 

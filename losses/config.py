@@ -68,11 +68,16 @@ class GRPOConfig(BaseModel):
     )
     norm: Literal["seq", "token", "dr"] = NormField
     max_len: int | None = MaxLenField
+    ratio: Literal["behaviour", "old"] = Field(
+        "behaviour",
+        description="behaviour: r = π_θ/μ (the sampler's policy); old: r = π_θ/π_old, every row treated as "
+        "on-policy (SAPO's and PubSwap's GRPO).",
+    )
     beta: float = Field(
         0.0,
         ge=0.0,
         le=10.0,
-        description="Weight of the k3 KL to the reference policy (needs LossInputs.logp_ref); 0 = off.",
+        description="Weight of the k3 KL to the reference policy (the initial weights; the node scores it); 0 = off.",
     )
 
 
@@ -95,22 +100,28 @@ class FISConfig(BaseModel):
     C: float = Field(
         2.0, ge=1.0, le=1e4, description="Truncation of w = min(π_θ/μ, C) (tis, f-tis only)."
     )
-    g: float = Field(
-        50.0,
+    filter: Literal["paper", "authors-code"] = Field(
+        "paper",
+        description="The negative-advantage filter's statistic (f-* only; losses.fis): paper = the "
+        "sequence KL(π_θ‖μ) the paper states, Σ_t (r log r − r + 1); authors-code = the authors' "
+        "code, mean over the group's longest completion of k3(log μ − log π_θ), with A ≤ 0.",
+    )
+    g: float | None = Field(
+        None,
         ge=0.0,
         le=1e9,
-        description="KL threshold of the negative-advantage filter (f-* only). Paper: 50 with "
-        "reduction=sum; the co-authors' code: 5 with reduction=mean.",
+        description="Threshold of the filter (f-* only); null = the source's own: 50 (paper), 5 (authors-code).",
     )
-    reduction: Literal["sum", "mean"] = Field(
-        "sum", description="How the filter's D_i reduces the per-token k3 over a sequence (f-* only)."
-    )
+
+    @property
+    def threshold(self) -> float:
+        return self.g if self.g is not None else (50.0 if self.filter == "paper" else 5.0)
 
     @model_validator(mode="after")
     def _knobs_belong_to_name(self) -> "FISConfig":
         variant = VARIANTS[self.name]
         if not variant.filtered:
-            stray = sorted({"g", "reduction"} & self.model_fields_set)
+            stray = sorted({"g", "filter"} & self.model_fields_set)
             if stray:
                 raise ValueError(f"{', '.join(stray)} only applies to f-nois, f-vis, f-tis, not {self.name}")
         if not variant.truncate and "C" in self.model_fields_set:

@@ -2,7 +2,8 @@
 
 F-TIS: Harnessing Diverse Models in Collaborative GRPO (ICML 2026, arXiv 2605.22537), whose
 TIS backbone is Yao et al. 2025 (truncated importance sampling). Per token, with
-R_{i,t} = exp(log π_θ − sg(log π_θ)) (value 1, gradient ∇log π_θ) and
+R_{i,t} = exp(log π_θ − log π_old) (the paper's π_θ/π_θ,detach: value 1 on the round's first
+step, gradient ∇log π_θ; against the round's fixed π_old on later PPO steps) and
 w_{i,t} = sg(min(exp(log π_θ − log μ), C)):
 
     nois: ℓ_{i,t} = −min(R·A_i, clip(R, 1−ε_low, 1+ε_high)·A_i)       off-policy as on-policy
@@ -11,33 +12,43 @@ w_{i,t} = sg(min(exp(log π_θ − log μ), C)):
 
     L = (1/G) Σ_i (1/|a_i|) Σ_t ℓ_{i,t}        (G = rows in the batch, |a_i| = tokens of row i)
 
-f-* adds the negative-advantage filter (F-TIS Key Design 2): A_i := 0 when A_i < 0 and D_i > g,
+f-* adds the negative-advantage filter (F-TIS Key Design 2): A_i := 0 when A_i < 0 and D_i > g.
+The paper states D_i = D_KL(π_θ‖π_gen) with g = 50; its authors' code computes something else.
+Both are offered (`filter`), r_{i,t} = π_θ/μ on the row's tokens, which μ sampled:
 
-    D_i = reduce_t k3_{i,t},   k3_{i,t} = e^{log μ − log π_θ} − (log μ − log π_θ) − 1,
+    paper         D_i = Σ_t (r log r − r + 1)       an unbiased estimate of Σ_t KL(π_θ‖μ) at the
+                  (default, g = 50, A < 0)          prefixes μ visited (E_μ[r log r] = KL(π_θ‖μ),
+                                                    E_μ[r − 1] = 0; each term ≥ 0)
+    authors-code  D_i = (1/L) Σ_t k3_{i,t},  k3 = e^{log μ − log π} − (log μ − log π) − 1,
+                  (g = 5, A ≤ 0)                    L = the longest completion of row i's group;
+                                                    E_μ[k3] = χ²(μ‖π) − KL(μ‖π), neither KL
 
-reduce = sum (paper: per-sequence estimate, g = 50) or mean (the co-authors' code: g = 5).
-The advantages were normalised before the loss, so a filtered row still counted in its
-group's mean and std, as the paper requires. `filtered_frac` = filtered rows / B.
+The default follows the paper's text: its statistic is the divergence the paper argues for, and
+its threshold 50 is stated for it. The code's statistic is dominated by tokens π_θ finds very
+unlikely (≈ μ/π); with it g = 5 is the authors' value. The advantages were normalised before the
+loss, so a filtered row still counted in its group's mean and std, as the paper requires.
+`filtered_frac` = filtered rows / B.
 
 Deliberate deviations:
 - ε_low = ε_high = 0.2 by default (the paper's ε); they are separate knobs so vis can match
   grpo's clip-higher when wanted.
 - The filter's D_i is computed with stop-gradient and applies to every row; the paper's
   setting only ever filters peers' rows in practice because this node's own rows have D ≈ 0.
-- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r, w and k3 use the length-normalised
-  sequence ratio on every token, so D_i(sum) = T_recv·k3 of that ratio.
+- The authors' code removes a filtered row from its micro-batch (re-weighting the others); here
+  its advantage is zeroed and it keeps its 1/G share, as the paper's formula has it.
+- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r, w and the statistics use the
+  length-normalised sequence ratio on every token.
 - clip_frac counts tokens whose gradient the clip removes (vis) or whose w was truncated at C
   (tis); R is never clipped since its value is 1.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
 from losses.base import (
+    LOG_RATIO_BOUND,
     BehaviourView,
     LossInputs,
     LossOutputs,
@@ -51,16 +62,23 @@ from losses.base import (
 from losses.config import VARIANTS, FISConfig
 
 
-def sequence_kl(view: BehaviourView, reduction: Literal["sum", "mean"]) -> Tensor:
-    """D_i [B]: per-token k3 of (log μ − log π_θ), summed or averaged over the row (no grad)."""
-    per_token = k3(-view.log_ratio.detach()) * view.m  # [B, T]
-    total = per_token.sum(dim=1)
-    return total if reduction == "sum" else total / view.n_tokens.clamp(min=1.0)
+def filter_statistic(view: BehaviourView, group_ids: Tensor, kind: str) -> Tensor:
+    """D_i [B] of the negative-advantage filter (module docstring), no gradient."""
+    log_r = view.log_ratio.detach().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, T] log π_θ/μ
+    if kind == "paper":
+        r = torch.exp(log_r)
+        return ((r * log_r - r + 1.0) * view.m).sum(dim=1)  # Σ_t (r log r − r + 1)
+    per_token = k3(-log_r) * view.m  # [B, T] k3 of log μ − log π_θ
+    _, idx = torch.unique(group_ids, return_inverse=True)
+    longest = torch.zeros(int(idx.max()) + 1, dtype=view.n_tokens.dtype).scatter_reduce(
+        0, idx, view.n_tokens, reduce="amax")  # the group's padded length
+    return per_token.sum(dim=1) / longest[idx].clamp(min=1.0)
 
 
-def negative_advantage_filter(adv: Tensor, kl: Tensor, g: float) -> tuple[Tensor, Tensor]:
-    """A_i := 0 where A_i < 0 and D_i > g. Returns (filtered advantages [B], filtered rows [B])."""
-    filtered = (adv < 0) & (kl > g)
+def negative_advantage_filter(adv: Tensor, stat: Tensor, g: float, *, inclusive: bool = False) -> tuple[Tensor, Tensor]:
+    """A_i := 0 where A_i < 0 (≤ 0 when `inclusive`) and D_i > g. Returns (advantages [B], filtered [B])."""
+    negative = adv <= 0 if inclusive else adv < 0
+    filtered = negative & (stat > g)
     return torch.where(filtered, torch.zeros_like(adv), adv), filtered
 
 
@@ -70,12 +88,13 @@ def fis_loss(inputs: LossInputs, cfg: FISConfig) -> LossOutputs:
     view = behaviour_view(inputs)
     adv, filtered = view.advantages, None
     if variant.filtered:
-        adv, filtered = negative_advantage_filter(adv, sequence_kl(view, cfg.reduction), cfg.g)
+        stat = filter_statistic(view, inputs.group_ids, cfg.filter)
+        adv, filtered = negative_advantage_filter(adv, stat, cfg.threshold, inclusive=cfg.filter == "authors-code")
     r_beh = safe_exp(view.log_ratio)  # [B, T] π_θ/μ (grad)
     if variant.ratio == "behaviour":
         ratio = r_beh
     else:
-        ratio = torch.exp(view.logp - view.logp.detach())  # [B, T] R: value 1
+        ratio = safe_exp(view.log_ratio_old)  # [B, T] R = π_θ/π_old: value 1 on the round's first step
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], cfg.eps_low, cfg.eps_high)
     weight = ratio.detach()
     if variant.truncate:

@@ -2,7 +2,10 @@
 
 grpo (Shao et al. 2024, DeepSeekMath; clip-higher from DAPO, Yu et al. 2025):
 
-    r_{i,t} = exp(log π_θ − log μ)
+    r_{i,t} = exp(log π_θ − log μ)          (ratio: behaviour — the default; HeteroRL's GRPO baseline)
+    r_{i,t} = exp(log π_θ − log π_old)      (ratio: old — SAPO's and PubSwap's GRPO: every row, a
+                                             peer's included, is treated as on-policy; r = 1 on
+                                             the round's first step, clipped on later PPO steps)
     ℓ_{i,t} = −min(r_{i,t}·A_i, clip(r_{i,t}, 1−ε_low, 1+ε_high)·A_i) + β·k3_{i,t}
     k3_{i,t} = e^{log π_ref − log π_θ} − (log π_ref − log π_θ) − 1           (optional, β > 0)
 
@@ -14,9 +17,9 @@ pg (DASH, dash paper §3.2): ℓ_{i,t} = −log π_θ(y_t)·A_i. With one optimi
   θ = θ_old this gradient update is equivalent to the PG update").
 
 Deliberate deviations:
-- The ratio is taken against the behaviour policy μ (the sampler's logprobs), not against
-  π_old: every loss here takes one optimizer step per batch, so π_old = sg(π_θ) and the only
-  off-policy gap is the sampler's (docs/ARCHITECTURE.md §7).
+- `ratio: behaviour` takes the ratio against the behaviour policy μ (the sampler's logprobs):
+  a peer's correct answer that π_θ already prefers (π_θ/μ > 1 + ε_high) gets no gradient. SAPO
+  and PubSwap train on shared rollouts as on-policy: use `ratio: old` to reproduce them.
 - Rows from a different tokenizer use the length-normalised sequence ratio on every token
   (docs/ARCHITECTURE.md §6, losses.base).
 - pg's IS weight is 1 on every token (it applies none); its metrics report that, and `kl_beh`
@@ -46,7 +49,7 @@ def grpo_loss(inputs: LossInputs, cfg: GRPOConfig) -> LossOutputs:
     if cfg.beta > 0 and inputs.logp_ref is None:
         raise ValueError("grpo: beta > 0 needs LossInputs.logp_ref (reference-model logprobs)")
     view = behaviour_view(inputs)
-    ratio = safe_exp(view.log_ratio)  # [B, T]
+    ratio = safe_exp(view.log_ratio if cfg.ratio == "behaviour" else view.log_ratio_old)  # [B, T]
     per_token, clipped = clipped_surrogate(ratio, view.advantages[:, None], cfg.eps_low, cfg.eps_high)
     extra: dict[str, float] = {}
     if cfg.beta > 0:

@@ -16,7 +16,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from losses.base import LossInputs, LossOutputs
-from losses.config import CONFIG_CLASSES, LOSS_NAMES, CustomLossConfig, parse_loss_config
+from losses.config import (
+    CONFIG_CLASSES,
+    LOSS_NAMES,
+    CustomLossConfig,
+    parse_loss_config,
+)
 from losses.custom import CustomLoss
 from losses.fis import fis_loss
 from losses.gepo import gepo_loss
@@ -54,4 +59,6 @@ def build_loss_from_config(cfg: BaseModel | Mapping[str, Any]) -> LossFn:
         return CustomLoss(cfg)
     if not isinstance(cfg, CONFIG_CLASSES):
         raise ValueError(f"not a loss config: {cfg!r}")
-    return functools.partial(LOSS_FUNCTIONS[cfg.name], cfg=cfg)
+    fn = functools.partial(LOSS_FUNCTIONS[cfg.name], cfg=cfg)
+    fn.needs_reference = getattr(cfg, "beta", 0.0) > 0 and cfg.name == "grpo"  # the trainer scores π_ref then
+    return fn

@@ -21,6 +21,7 @@ from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.metrics import MetricsLog
 from node.models.load import load_model
+from node.round.reference import build_reference
 from node.round.select import SapoSelector
 from node.round.train import build_optimizer
 from node.tasks.source import TaskSource, render_prompt
@@ -44,6 +45,8 @@ class Node:
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
         self.loss_fn = build_loss_from_config(cfg.loss)
+        # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
+        self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
         self.optimizer = build_optimizer(self.model, cfg.train)
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport

@@ -14,7 +14,8 @@ class TrainConfig(BaseModel):
     """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
 
     model_config = ConfigDict(extra="forbid")
-    lr: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate.")
+    lr: float = Field(1e-5, ge=0, le=1.0, description="AdamW learning rate (0 freezes the policy: a control run "
+                      "on the same task stream).")
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     grad_clip: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
@@ -25,7 +26,16 @@ class TrainConfig(BaseModel):
         0.0, ge=0, le=10.0, description="DASH: drop rows with |A| below this (0 = keep all)."
     )
     advantage: Literal["std", "mean"] = Field(
-        "std", description="Group normalisation: std (GRPO) or mean-only (Dr.GRPO)."
+        "std", description="Group normalisation: std (GRPO) or mean-only (Dr.GRPO, GEPO, DASH)."
+    )
+    epochs: int = Field(
+        1, ge=1, le=64, description="PPO epochs over a round's rows (π_old fixed at the start of the round)."
+    )
+    mini_batches: int = Field(
+        1, ge=1, le=4096, description="Optimizer steps per epoch, each on 1/k of the rows (whole groups)."
+    )
+    mask_truncated: bool = Field(
+        False, description="Leave completions that hit max_new_tokens out of the loss (DAPO's overlong filtering)."
     )
 
 class SelectConfig(BaseModel):

@@ -98,13 +98,13 @@ def receive(node: Node, min_records: int = 0, timeout: float = 0.0) -> Gathered:
 
 
 def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:
-    """Score `groups` in our tokenization, take one optimizer step, sync the generator (steps 7–9)."""
+    """Score `groups` in our tokenization, take the round's optimizer steps, sync the generator (steps 7–9)."""
     cfg = node.cfg
     rows = build_rows(groups, node.tokenizer, node.prompt_of)
     step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,
                       temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
-                      regularizer=regularizer)
+                      regularizer=regularizer, reference=node.reference)
     if step.stepped:
-        node.policy_version += 1
+        node.policy_version += step.steps
         node.generator.sync_weights(node.model, node.policy_version)
     return step

@@ -1,17 +1,21 @@
-"""One optimizer step on the selected groups (docs/ARCHITECTURE.md, steps 7–8 of a round).
+"""The optimizer steps of one round on the selected groups (docs/ARCHITECTURE.md §2, steps 7–8).
 
   rows      every completion of every selected group, in *this node's* tokenization: a peer's
             token ids and per-token μ when its tokenizer fingerprint equals ours, else the
             completion text re-tokenised and only its sequence log μ(y) kept (docs/ARCHITECTURE.md §6)
   DASH      rows with |A_i| < threshold are dropped before any forward pass (at least one kept)
-  score     log π_θ per token in micro-batches of whole groups (GEPO needs a group together);
-            π_old = sg(π_θ) of that same forward: one optimizer step per round means the policy
-            that scores is the policy at the start of the step, so no second forward is needed
-  loss      `losses.build_loss_from_config(cfg)`; every micro-batch carries the step's totals
+  π_old     the policy at the start of the round's steps, fixed for all of them (PPO): with one
+            step it is sg(π_θ) of the step's own forward; with `epochs` × `mini_batches` > 1 steps
+            a no-grad forward scores every row once before the first step
+  π_ref     (a loss that asks for it, e.g. grpo with beta > 0) a no-grad forward of the reference
+            policy: the LoRA base with the adapter disabled, or a frozen copy of the initial weights
+  steps     `epochs` passes over the rows, each split into `mini_batches` mini-batches of whole
+            groups (one optimizer step each): DASH's Multi (epochs = K) and Mini (mini_batches = K)
+  loss      `losses.build_loss_from_config(cfg)`; every micro-batch carries its mini-batch's totals
             (rows, tokens, longest completion: losses.BatchTotals) and the loss divides by them
-            itself, so the micro-batch losses add up to exactly the full-batch loss whatever its
+            itself, so the micro-batch losses add up to exactly the mini-batch loss whatever its
             normalisation (seq, token, dr, per-row): the trainer only sums
-  step      gradient accumulation, global-norm clipping, AdamW
+  step      gradient accumulation over micro-batches, global-norm clipping, AdamW
 """
 
 from __future__ import annotations
@@ -36,16 +40,21 @@ class Row:
     advantage: float
     group_id: int
     external: bool
+    truncated: bool = False  # the completion hit max_new_tokens (no EOS sampled)
 
 
 @dataclass
 class StepResult:
-    metrics: dict[str, float]
-    rows: int
-    rows_filtered: int
+    metrics: dict[str, float]  # per-step means (maxima for *_max) over the round's steps
+    rows: int  # rows trained on
+    rows_filtered: int  # rows dropped before scoring (DASH, truncated)
     tokens: int
     seconds: float
-    stepped: bool
+    steps: int  # optimizer steps taken (epochs × mini_batches, 0 when there was nothing to train)
+
+    @property
+    def stepped(self) -> bool:
+        return self.steps > 0
 
 
 def build_rows(groups: list[Group], tokenizer, prompt_of) -> list[Row]:
@@ -63,9 +72,8 @@ def build_rows(groups: list[Group], tokenizer, prompt_of) -> list[Row]:
                 beh = [0.0] * len(ids)
             if not ids:  # an empty re-tokenisation has nothing to train
                 continue
-            rows.append(
-                Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external)
-            )
+            rows.append(Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external,
+                            truncated=c.finish_reason == "length"))
     return rows
 
 
@@ -92,12 +100,49 @@ def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     return batches
 
 
+def mini_batches(rows: list[Row], k: int) -> list[list[Row]]:
+    """`rows` in k mini-batches of whole groups, in order, as even in rows as whole groups allow."""
+    groups = [[r for r in rows if r.group_id == gid] for gid in dict.fromkeys(r.group_id for r in rows)]
+    k = max(1, min(k, len(groups)))
+    target = len(rows) / k
+    out: list[list[Row]] = [[]]
+    done = 0
+    for g in groups:
+        if out[-1] and len(out) < k and done + len(g) / 2 > target * len(out):
+            out.append([])
+        out[-1].extend(g)
+        done += len(g)
+    return out
+
+
 def batch_totals(rows: list[Row]) -> BatchTotals:
     lengths = [len(r.tokens.completion_ids) for r in rows]
     return BatchTotals(rows=len(rows), tokens=sum(lengths), max_len=max(lengths))
 
 
-def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals: BatchTotals | None = None) -> LossInputs:
+@torch.no_grad()
+def frozen_scores(score, rows: list[Row], micro_batch_rows: int, temperature: float, pad_id: int) -> dict[int, torch.Tensor]:
+    """id(row) → log-probs [|y|] of its completion under `score` (a model, or a callable that scores
+    TokenRows), no gradient: π_old before the first step, or the reference policy."""
+    out = {}
+    for mb in micro_batches(rows, micro_batch_rows):
+        logp, _ = score([r.tokens for r in mb], temperature, pad_id) if not isinstance(score, torch.nn.Module) \
+            else score_rows(score, [r.tokens for r in mb], temperature, pad_id)
+        for i, r in enumerate(mb):
+            out[id(r)] = logp[i, : len(r.tokens.completion_ids)].detach()
+    return out
+
+
+def _padded(rows: list[Row], scores: dict[int, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(like)
+    for i, r in enumerate(rows):
+        out[i, : len(r.tokens.completion_ids)] = scores[id(r)].to(out.dtype)
+    return out
+
+
+def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals: BatchTotals | None = None,
+                old: dict[int, torch.Tensor] | None = None, ref: dict[int, torch.Tensor] | None = None) -> LossInputs:
+    """One micro-batch's LossInputs: log π_θ with gradient, π_old (fixed, or this forward's), μ, π_ref."""
     logp, mask = score_rows(model, [r.tokens for r in rows], temperature, pad_id)  # [b, T]
     beh = torch.zeros_like(mask)
     for i, r in enumerate(rows):
@@ -105,7 +150,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
             beh[i, : len(r.logp_beh)] = torch.tensor(r.logp_beh)
     return LossInputs(
         logp=logp,
-        logp_old=logp.detach(),
+        logp_old=logp.detach() if old is None else _padded(rows, old, mask),
         logp_beh=beh,
         logp_beh_seq=torch.tensor([r.logp_beh_seq for r in rows]),
         beh_aligned=torch.tensor([r.aligned for r in rows]),
@@ -113,45 +158,85 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         advantages=torch.tensor([r.advantage for r in rows]),
         group_ids=torch.tensor([r.group_id for r in rows]),
         is_external=torch.tensor([r.external for r in rows]),
+        logp_ref=None if ref is None else _padded(rows, ref, mask),
         totals=totals,
     )
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,
-               pad_id: int, regularizer=None) -> StepResult:
-    """One optimizer step; `regularizer() -> scalar` (e.g. FedProx) is added to the loss once per step."""
+               pad_id: int, regularizer=None, reference=None) -> StepResult:
+    """The round's optimizer steps: `cfg.epochs` × `cfg.mini_batches` (one by default).
+
+    `regularizer() -> scalar` (e.g. FedProx) is added to every step's loss; `reference` (a model
+    or a TokenRow scorer) gives π_ref for a loss that needs it (`loss_fn.needs_reference`).
+    """
     start = time.perf_counter()
     total = len(rows)
     rows = dash_filter(rows, cfg.dash_threshold)
+    if cfg.mask_truncated:
+        rows = [r for r in rows if not r.truncated]
     if not rows:
-        return StepResult({}, 0, 0, 0, time.perf_counter() - start, False)
+        return StepResult({}, 0, total, 0, time.perf_counter() - start, 0)
     model.train()
+    steps = cfg.epochs * min(cfg.mini_batches, len({r.group_id for r in rows}))
+    old = frozen_scores(model, rows, cfg.micro_batch_rows, temperature, pad_id) if steps > 1 else None
+    ref = None
+    if getattr(loss_fn, "needs_reference", False):
+        if reference is None:
+            raise ValueError("the loss needs reference log-probs (e.g. grpo beta > 0) but the node built no reference")
+        ref = frozen_scores(reference, rows, cfg.micro_batch_rows, temperature, pad_id)
+    log = _StepLog()
+    for _ in range(cfg.epochs):
+        for batch in mini_batches(rows, cfg.mini_batches):
+            _one_step(model, optimizer, batch, loss_fn, cfg, temperature, pad_id, old, ref, regularizer, log)
+    return StepResult(log.metrics(), len(rows), total - len(rows), sum(len(r.tokens.completion_ids) for r in rows),
+                      time.perf_counter() - start, log.steps)
+
+
+class _StepLog:
+    """Per-step metrics, averaged over the round's steps (maxima for *_max)."""
+
+    def __init__(self):
+        self.steps, self.sums, self.maxes = 0, {}, {}
+
+    def add(self, metrics: dict[str, float]) -> None:
+        self.steps += 1
+        for k, v in metrics.items():
+            if k.endswith("_max"):
+                self.maxes[k] = max(self.maxes.get(k, float("-inf")), v)
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + v
+
+    def metrics(self) -> dict[str, float]:
+        return {**{k: v / self.steps for k, v in self.sums.items()}, **self.maxes, "steps": float(self.steps)}
+
+
+def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temperature: float, pad_id: int,
+              old, ref, regularizer, log: _StepLog) -> None:
     optimizer.zero_grad(set_to_none=True)
-    sums: dict[str, float] = {}
+    step: dict[str, float] = {"loss": 0.0}
     maxes: dict[str, float] = {}
     totals = batch_totals(rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
-        out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals))  # already this batch's share
+        out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals, old, ref))  # already this batch's share
         out.loss.backward()
         share = len(mb) / len(rows)  # metrics are per-batch means: weight them by rows
         for k, v in out.metrics.items():
             if k.endswith("_max"):
                 maxes[k] = max(maxes.get(k, float("-inf")), v)
-            elif k == "tokens":
-                continue
-            else:
-                sums[k] = sums.get(k, 0.0) + v * share
-        sums["loss"] = sums.get("loss", 0.0) + float(out.loss.detach())
+            elif k != "tokens":
+                step[k] = step.get(k, 0.0) + v * share
+        step["loss"] += float(out.loss.detach())
     if regularizer is not None:
         reg = regularizer()
         reg.backward()
-        sums["prox_loss"] = float(reg.detach())
+        step["prox_loss"] = float(reg.detach())
     params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    metrics = {**sums, **maxes, "grad_norm": float(grad_norm), "tokens": float(totals.tokens)}
-    return StepResult(metrics, len(rows), total - len(rows), totals.tokens, time.perf_counter() - start, True)
+    step["tokens"] = float(totals.tokens)
+    log.add({**step, **maxes})
 
 
 def build_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:

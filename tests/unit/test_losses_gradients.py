@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 from losses import LossInputs, build_loss
 from losses.base import behaviour_view
-from losses.fis import negative_advantage_filter, sequence_kl
+from losses.fis import filter_statistic, negative_advantage_filter
 from tests.unit.test_losses_values import make_inputs
 
 
@@ -55,7 +55,7 @@ def pg_reference_grad(inputs: LossInputs) -> torch.Tensor:
         ("f-nois", {}),
         ("f-vis", {}),
         ("f-tis", {}),
-        ("f-tis", {"g": 0.0, "reduction": "mean"}),  # D = 0 on-policy, so even g = 0 filters nothing
+        ("f-tis", {"g": 0.0, "filter": "authors-code"}),  # D = 0 on-policy, so even g = 0 filters nothing
         ("gspo", {}),
         ("gepo", {"eps_defensive": 1.0}),
     ],
@@ -123,27 +123,32 @@ def filter_inputs() -> LossInputs:
 
 D4 = 4 - math.log(4) - 1  # k3 at x = ln 4: 1.613706
 D2 = 2 - math.log(2) - 1  # k3 at x = ln 2: 0.306853
+P4 = 0.75 - math.log(4) / 4  # r log r − r + 1 at r = π/μ = 1/4: 0.403426
+P2 = 0.5 - math.log(2) / 2  # ... at r = 1/2: 0.153426
 
 
 @pytest.mark.parametrize(
-    "reduction, d_expected, filtered",
+    "filt, g, d_expected, filtered",
     [
-        # g = 0.25: sum filters rows 0 (3.23) and 1 (0.307); row 2 has A > 0; row 3 has D = 0
-        ("sum", [2 * D4, D2, 2 * D4, 0.0], [True, True, False, False]),
-        # mean: row 1's 0.153 < 0.25 is kept
-        ("mean", [D4, D2 / 2, D4, 0.0], [True, False, False, False]),
+        # paper, g = 0.25: Σ (r log r − r + 1) filters row 0 (0.807); row 1's 0.153 is kept; row 2 has A > 0
+        ("paper", 0.25, [2 * P4, P2, 2 * P4, 0.0], [True, False, False, False]),
+        ("paper", 0.1, [2 * P4, P2, 2 * P4, 0.0], [True, True, False, False]),
+        ("paper", 1.0, [2 * P4, P2, 2 * P4, 0.0], [False, False, False, False]),
+        # authors-code: mean k3 over the group's longest completion (2 tokens); g = 1: only row 0 (1.61)
+        ("authors-code", 0.25, [D4, D2 / 2, D4, 0.0], [True, False, False, False]),
+        ("authors-code", 1.0, [D4, D2 / 2, D4, 0.0], [True, False, False, False]),
     ],
 )
-def test_filter_zeroes_exactly_negative_far_rows(reduction, d_expected, filtered):
+def test_filter_zeroes_exactly_negative_far_rows(filt, g, d_expected, filtered):
     inputs = filter_inputs()
     view = behaviour_view(inputs)
-    d = sequence_kl(view, reduction)
+    d = filter_statistic(view, inputs.group_ids, filt)
     assert_close(d, torch.tensor(d_expected))
-    adv, mask = negative_advantage_filter(view.advantages, d, 0.25)
+    adv, mask = negative_advantage_filter(view.advantages, d, g, inclusive=filt == "authors-code")
     assert mask.tolist() == filtered
     assert_close(adv, torch.tensor([0.0 if f else a for f, a in zip(filtered, [-1.0, -1.0, 1.0, -1.0])]))
 
-    out = build_loss("f-tis", g=0.25, reduction=reduction)(inputs)
+    out = build_loss("f-tis", g=g, filter=filt)(inputs)
     assert out.metrics["filtered_frac"] == sum(filtered) / 4
     out.loss.backward()
     g_filtered = inputs.logp.grad.clone()
@@ -154,3 +159,14 @@ def test_filter_zeroes_exactly_negative_far_rows(reduction, d_expected, filtered
         else:  # untouched rows keep exactly tis's gradient, which is nonzero here
             assert_close(g_filtered[i], g_tis[i])
             assert bool((g_tis[i] != 0).all())
+
+
+def test_grpo_ratio_old_trains_a_preferred_peer_answer_that_ratio_behaviour_clips_away():
+    """A peer's correct answer our policy already prefers (π_θ/μ = 1.6 > 1 + ε_high) gets no gradient
+    when the ratio is against μ; SAPO and PubSwap treat it as on-policy (ratio against π_old = 1)."""
+    logp = [[-1.0, -1.0]]
+    beh = [[-1.0 - math.log(1.6)] * 2]  # μ = π_θ / 1.6 on both tokens
+    g_beh = grad("grpo", make_inputs(logp, beh, [[1.0, 1.0]], [1.0], external=[True]))
+    g_old = grad("grpo", make_inputs(logp, beh, [[1.0, 1.0]], [1.0], external=[True]), ratio="old")
+    assert_close(g_beh, torch.zeros(1, 2))
+    assert_close(g_old, torch.full((1, 2), -0.5))  # −A·R/|y| with R = 1: policy gradient, seq-mean

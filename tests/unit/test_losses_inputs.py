@@ -59,7 +59,7 @@ def test_gspo_on_unaligned_row():
 
 
 ALL_CONFIGS = [{"name": n} for n in LOSS_NAMES] + [
-    {"name": "f-tis", "g": 5.0, "reduction": "mean"},
+    {"name": "f-tis", "g": 5.0, "filter": "authors-code"},
     {"name": "gepo", "eps_defensive": 0.5, "beta": 0.005},
     {"name": "gepo", "eps_defensive": 1.0},
     {"name": "grpo", "beta": 0.1, "norm": "dr"},
@@ -166,7 +166,7 @@ def test_grpo_beta_without_reference_raises():
         ("grpo", {"epsilon": 0.2}, "epsilon: Extra inputs are not permitted"),
         ("pg", {"beta": 0.1}, "beta"),
         ("f-tis", {"g": -1.0}, "g: Input should be greater than or equal to 0"),
-        ("f-tis", {"reduction": "max"}, "reduction"),
+        ("f-tis", {"filter": "max"}, "filter"),
         ("tis", {"C": 0.5}, "C"),
         ("tis", {"g": 5.0}, "g only applies to f-nois, f-vis, f-tis"),
         ("vis", {"C": 3.0}, "C only applies to tis and f-tis"),
@@ -182,12 +182,12 @@ def test_bad_config_raises_value_error_naming_it(name, cfg, message):
 
 def test_loss_config_parses_from_dict():
     adapter = TypeAdapter(LossConfig)
-    cfg = adapter.validate_python({"name": "f-tis", "g": 5, "reduction": "mean"})
-    assert isinstance(cfg, FISConfig) and cfg.g == 5.0 and cfg.reduction == "mean" and cfg.C == 2.0
+    cfg = adapter.validate_python({"name": "f-tis", "g": 5, "filter": "authors-code"})
+    assert isinstance(cfg, FISConfig) and cfg.g == 5.0 and cfg.filter == "authors-code" and cfg.C == 2.0
     assert isinstance(adapter.validate_python({"name": "grpo"}), GRPOConfig)
     # the built function is the same loss as build_loss with the same keywords
     a = build_loss_from_config(cfg)(batch()).loss
-    b = build_loss("f-tis", g=5, reduction="mean")(batch()).loss
+    b = build_loss("f-tis", g=5, filter="authors-code")(batch()).loss
     assert_close(a, b)
 
 

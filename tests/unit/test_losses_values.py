@@ -47,7 +47,8 @@ def batch(adv=(1.0, -0.5), **kw) -> LossInputs:
 
 
 def k3r(r: float) -> float:
-    return 1.0 / r + math.log(r) - 1.0
+    """KL(μ‖π_θ) estimate of one token sampled by μ, r = π_θ/μ: r − 1 − log r."""
+    return r - 1.0 - math.log(r)
 
 
 def test_grpo_seq_value_and_metrics():
@@ -138,21 +139,31 @@ def test_tis_truncation_constant():
 
 
 @pytest.mark.parametrize(
-    "name, reduction, expected, filtered",
+    "name, filt, g, expected, filtered",
     [
-        # row 1 (A<0): D_sum = k3(3) + k3(0.9) = 0.431946 + 0.005750 = 0.437696 > 0.3 → A := 0
-        # f-tis: (−1 + 0)/2; f-nois: (−1 + 0)/2; f-vis: (−0.9 + 0)/2
-        ("f-tis", "sum", -0.5, 0.5),
-        ("f-nois", "sum", -0.5, 0.5),
-        ("f-vis", "sum", -0.45, 0.5),
-        # D_mean = 0.437696/2 = 0.218848 < 0.3 → nothing filtered: f-tis = tis = −0.1375
-        ("f-tis", "mean", -0.1375, 0.0),
+        # paper: row 1 (A<0): D = Σ (r ln r − r + 1) at r = 3, 0.9: (3·1.098612 − 2) + (0.9·(−0.105361) + 0.1)
+        #        = 1.295837 + 0.005175 = 1.301012 > 0.3 → A := 0. f-tis, f-nois: (−1 + 0)/2; f-vis: (−0.9 + 0)/2
+        ("f-tis", "paper", 0.3, -0.5, 0.5),
+        ("f-nois", "paper", 0.3, -0.5, 0.5),
+        ("f-vis", "paper", 0.3, -0.45, 0.5),
+        # authors-code: D = Σ k3(log μ − log π)/L = (0.431946 + 0.005750)/3 = 0.145899 (L = 3, the group's
+        # longest completion): < 0.3 keeps the row (f-tis = tis = −0.1375); > 0.1 filters it
+        ("f-tis", "authors-code", 0.3, -0.1375, 0.0),
+        ("f-tis", "authors-code", 0.1, -0.5, 0.5),
     ],
 )
-def test_filtered_variants(name, reduction, expected, filtered):
-    out = build_loss(name, g=0.3, reduction=reduction)(batch())
+def test_filtered_variants(name, filt, g, expected, filtered):
+    out = build_loss(name, g=g, filter=filt)(batch())
     assert_close(out.loss, torch.tensor(expected))
     assert out.metrics["filtered_frac"] == filtered
+
+
+def test_filter_thresholds_default_to_each_sources_own():
+    from losses.config import FISConfig
+
+    assert FISConfig(name="f-tis").threshold == 50.0
+    assert FISConfig(name="f-tis", filter="authors-code").threshold == 5.0
+    assert FISConfig(name="f-tis", filter="authors-code", g=7).threshold == 7.0
 
 
 def test_gspo_value():

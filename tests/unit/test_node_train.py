@@ -154,3 +154,62 @@ def test_micro_batches_keep_groups_whole():
     assert [len(b) for b in batches] == [3, 3, 2]
     assert [len(b) for b in micro_batches(rows, 6)] == [6, 2]
     assert all(len({r.group_id for r in b}) == len(set(r.group_id for r in b)) for b in batches)
+
+
+def _steps_with(lm, tasks, res, cfg: TrainConfig, loss=None, reference=None):
+    rows = build_rows(_groups(lm, tasks, res), lm.tokenizer, _prompt(lm))
+    before = [p.detach().clone() for p in lm.model.parameters()]
+    step = train_step(lm.model, build_optimizer(lm.model, cfg), rows, loss or build_loss("grpo"), cfg,
+                      temperature=1.0, pad_id=lm.tokenizer.pad_token_id, reference=reference)
+    moved = any(not torch.equal(a, b) for a, b in zip(before, lm.model.parameters()))
+    return step, moved
+
+
+def test_ppo_epochs_and_mini_batches_take_that_many_steps_against_a_fixed_pi_old(tiny_qwen):
+    lm = copy.deepcopy(tiny_qwen)
+    tasks, res = _generate(lm, 1.0)  # 3 groups of 4
+    step, moved = _steps_with(lm, tasks, res, TrainConfig(lr=1e-2, epochs=2, mini_batches=3, micro_batch_rows=4))
+    assert step.steps == 6 and moved and step.metrics["steps"] == 6.0
+    # π_old is fixed for the round: after the first steps π_θ has moved away from it
+    assert step.metrics["kl_old"] > 0.0
+    one, _ = _steps_with(copy.deepcopy(tiny_qwen), tasks, res, TrainConfig(lr=1e-2))
+    assert one.steps == 1 and one.metrics["kl_old"] == 0.0  # one step: π_old = sg(π_θ) of its own forward
+
+
+def test_mini_batches_split_whole_groups_evenly():
+    from node.round.train import mini_batches
+
+    rows = [_row(1.0, g) for g in range(6) for _ in range(4)]
+    parts = mini_batches(rows, 3)
+    assert [len(p) for p in parts] == [8, 8, 8]
+    assert all(len({r.group_id for r in p} & {r.group_id for r in q}) == 0 for p in parts for q in parts if p is not q)
+    assert len(mini_batches(rows, 10)) == 6  # never more mini-batches than groups
+
+
+def test_learning_rate_zero_freezes_the_policy(tiny_qwen):
+    """The control of every learning claim: the same rounds with the policy frozen."""
+    lm = copy.deepcopy(tiny_qwen)
+    tasks, res = _generate(lm, 1.0)
+    step, moved = _steps_with(lm, tasks, res, TrainConfig(lr=0.0))
+    assert step.stepped and not moved
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_reference_kl_is_zero_at_the_start_and_grows_as_the_policy_moves(tiny_qwen, lora):
+    from node.models.config import LoraSpec, ModelConfig
+    from node.models.load import load_model
+    from node.round.reference import build_reference
+
+    lm = load_model(ModelConfig(spec="tiny-qwen2", lora=LoraSpec(r=4))) if lora else copy.deepcopy(tiny_qwen)
+    tasks, res = _generate(lm, 1.0)
+    loss = build_loss("grpo", beta=0.1)
+    assert loss.needs_reference
+    reference = build_reference(lm.model)  # LoRA: the adapter disabled; full: a frozen copy
+    cfg = TrainConfig(lr=5e-2)
+    first, _ = _steps_with(lm, tasks, res, cfg, loss, reference)
+    assert first.metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref before any step
+    for _ in range(3):
+        later, _ = _steps_with(lm, tasks, res, cfg, loss, reference)
+    assert later.metrics["kl_ref"] > 1e-4
+    with pytest.raises(ValueError, match="reference"):
+        _steps_with(lm, tasks, res, cfg, loss, None)
