@@ -16,9 +16,11 @@ rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
   FedProx         adds μ/2·‖θ − θ_round‖² over the LoRA tensors to every step's loss, θ_round =
                   the adapter at the last averaging boundary (the averaged one when it succeeded).
 
-Deviation: the paper recomputes π_old with the local model, so its first gradient step treats a
-peer's response as on-policy; here the configured loss sees the peer's sampling μ (docs/ARCHITECTURE.md §2),
-so `grpo` clips the ratio against the donor's policy (choose loss `nois` for the paper's view).
+The GRPO step of the examples is the paper's (eq. 2 as its VERL setup runs it): loss `grpo` with
+`ratio: old` (a donor's response is treated as on-policy: the ratio is against this client's own
+π_old), two gradient epochs per step (train.epochs), ε 0.2 / 0.25, KL 1e-4 to the base model.
+Departure: there is no server; each client applies the Balanced/Random rule to the peers'
+responses that reached it within federated.public_wait_s.
 """
 
 from __future__ import annotations

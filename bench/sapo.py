@@ -1,0 +1,154 @@
+"""Does sharing help? SAPO's experiment on the lab model: I local + J peers' groups per step.
+
+SAPO reports +94 % cumulative reward for 4 local / 4 external groups against 8 / 0 (8 agents of
+Qwen2.5-0.5B, 2000 rounds). Here: 4 lab-model nodes, each generating the same B = I + J groups
+per round (equal generation compute) and training on I of its own and J of its peers' (I/J =
+8/0, 6/2, 4/4, 2/6), for each update given (`--update`, e.g. SAPO's GRPO with every row treated
+as on-policy, and F-TIS), over several seeds.
+
+The nodes run in one process, one after another each round, on the in-memory twin of the
+transport (swarm.memory: the same receive rules and fan-in as the real one), each on one torch
+thread — so runs are reproducible and the only thing that differs between configurations is I/J.
+A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
+
+Reported per configuration (mean over seeds, 95 % t-interval across seeds):
+  cum_reward   Σ over rounds of the node's mean reward on its own rollouts, averaged over nodes
+               (SAPO's "cumulative reward"; the sum over nodes is 4× this)
+  gain         held-out accuracy after − before (tasks.eval_size items, same items), mean of nodes
+and a plot: bench/results/sapo<tag>.png.
+
+    python -m bench.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
+        --update sapo= --update f-tis=loss.name=f-tis
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import tempfile
+import time
+
+from bench.common import RESULTS, table, write_json
+from bench.learning_margin import parse_value
+from node.config import load_config
+from node.node import Node
+from node.round.loop import run_round
+from swarm.memory import InMemoryHub, InMemoryTransport
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(xs: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95 % t-interval); half-width 0 for a single value."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
+
+
+def run_swarm(config: str, local: int, external: int, seed: int, rounds: int, nodes: int, overrides: dict) -> dict:
+    """One configuration, one seed: per-node reward curves and held-out accuracy before/after."""
+    hub = InMemoryHub()
+    with tempfile.TemporaryDirectory() as tmp:
+        swarm = []
+        for k in range(nodes):
+            opts = {"name": f"n{k}", "seed": 100 * seed + k, "tasks.seed": 100 * seed + k, "rounds": rounds,
+                    "torch_threads": 1, "select.local_groups": local, "select.external_groups": external,
+                    "generation.prompts_per_round": local + external, "eval.every": rounds,
+                    "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True, **overrides}
+            cfg = load_config(config, opts)
+            swarm.append(Node(cfg, f"{tmp}/n{k}", transport=InMemoryTransport(hub, f"n{k}", cfg.swarm.swarm_id)))
+        try:
+            for node in swarm:
+                node.eval_before = node.evaluate()
+            curves = [[] for _ in swarm]
+            externals = [0] * nodes
+            for r in range(rounds):
+                for k, node in enumerate(swarm):
+                    m = run_round(node, r)
+                    curves[k].append(m["reward_mean"])
+                    externals[k] += m["groups_external"]
+            after = [node.evaluate() for node in swarm]
+            before = [node.eval_before for node in swarm]
+        finally:
+            for node in swarm:
+                node.close()
+    return {"curves": curves, "before": before, "after": after, "external_groups": externals,
+            "cum_reward": statistics.fmean(sum(c) for c in curves),
+            "gain": statistics.fmean(a - b for a, b in zip(after, before))}
+
+
+def plot(results: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    updates = list(dict.fromkeys(r["update"] for r in results))
+    fig, axes = plt.subplots(1, 1 + len(updates), figsize=(5 * (1 + len(updates)), 4))
+    for ax, update in zip(axes[:-1], updates):
+        for r in (x for x in results if x["update"] == update):
+            runs = [list(itertools.accumulate(c)) for run in r["runs"] for c in run["curves"]]
+            n = min(len(x) for x in runs)
+            mean = [statistics.fmean(x[t] for x in runs) for t in range(n)]
+            ax.plot(range(n), mean, label=r["split"])
+        ax.set_title(f"cumulative reward per node · {update}")
+        ax.set_xlabel("round")
+        ax.legend()
+    ax = axes[-1]
+    labels = [f"{r['split']}\n{r['update']}" for r in results]
+    ax.bar(range(len(results)), [r["gain_mean"] for r in results],
+           yerr=[r["gain_ci"] for r in results], capsize=4)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(results)), labels, fontsize=7)
+    ax.set_title("held-out gain (mean of nodes, 95 % CI over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="examples/papers/sapo.yaml")
+    ap.add_argument("--splits", nargs="+", default=["8/0", "6/2", "4/4", "2/6"], help="I/J")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V,K=V",
+                    help="an update to compare, with config overrides (default: the config's own as 'sapo')")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
+    updates = {}
+    for item in args.update or ["sapo="]:
+        name, _, rest = item.partition("=")
+        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(",") if kv)}
+    results = []
+    for update, over in updates.items():
+        for split in args.splits:
+            i, j = (int(x) for x in split.split("/"))
+            runs = []
+            for seed in args.seeds:
+                started = time.perf_counter()
+                run = run_swarm(args.config, i, j, seed, args.rounds, args.nodes, {**common, **over})
+                run.update(seed=seed, seconds=round(time.perf_counter() - started, 1))
+                print(json.dumps({"update": update, "split": split, **{k: v for k, v in run.items() if k != "curves"}}),
+                      flush=True)
+                runs.append(run)
+            cum_m, cum_ci = interval([r["cum_reward"] for r in runs])
+            gain_m, gain_ci = interval([r["gain"] for r in runs])
+            results.append({"update": update, "split": split, "seeds": len(runs), "cum_reward_mean": cum_m,
+                            "cum_reward_ci": cum_ci, "gain_mean": gain_m, "gain_ci": gain_ci,
+                            "external_groups": statistics.fmean(sum(r["external_groups"]) for r in runs),
+                            "runs": runs})
+    print(table(results, ["update", "split", "seeds", "cum_reward_mean", "cum_reward_ci", "gain_mean", "gain_ci",
+                          "external_groups"]))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(results, RESULTS / f"sapo{args.tag}.png")
+    write_json(f"sapo{args.tag}", {"args": vars(args), "results": results})
+
+
+if __name__ == "__main__":
+    main()
