@@ -18,7 +18,7 @@ Reported per configuration (mean over seeds, 95 % t-interval across seeds):
 and a plot: bench/results/sapo<tag>.png.
 
     python -m bench.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
-        --update sapo= --update f-tis=loss.name=f-tis
+        --update sapo= --update "f-tis=loss={name: f-tis}"
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V,K=V",
+    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V;K=V",
                     help="an update to compare, with config overrides (default: the config's own as 'sapo')")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--tag", default="")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     updates = {}
     for item in args.update or ["sapo="]:
         name, _, rest = item.partition("=")
-        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(",") if kv)}
+        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}
     results = []
     for update, over in updates.items():
         for split in args.splits:
