@@ -35,11 +35,13 @@ class CheckpointConfig(BaseModel):
 
 
 class EvalConfig(BaseModel):
-    """Held-out accuracy: one sampled completion per held-out item (tasks.eval_size items)."""
+    """Held-out accuracy: sampled completions of the held-out items (tasks.eval_size items)."""
 
     model_config = ConfigDict(extra="forbid")
     every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every N rounds (0 = never).")
     at_start: bool = Field(True, description="Also evaluate before the first round.")
+    samples: int = Field(1, ge=1, le=64, description="Completions sampled per held-out item: the accuracy is "
+                         "their mean, its standard error is taken over items (more samples, smaller error).")
 
 
 class NodeConfig(BaseModel):

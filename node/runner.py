@@ -24,7 +24,8 @@ def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     meet_peers(node)
     out = []
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
-        node.eval_before = node.evaluate()
+        before = node.evaluate_items()
+        node.eval_before, node.eval_before_se = before.accuracy, before.se
     for round_ in range(node.next_round, rounds):
         out.append(round_fn(node, round_))
         node.next_round = round_ + 1

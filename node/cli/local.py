@@ -138,37 +138,55 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _se(se: float | None) -> str:
+    return "" if se is None or se != se else f" ± {se:.3f}"
+
+
+def _gain(before: float | None, se_b: float | None, after: float | None, se_a: float | None) -> str:
+    """after − before and how many standard errors that is (the two evaluations' errors combined)."""
+    if before is None or after is None:
+        return "-"
+    if not se_b or not se_a or se_b != se_b or se_a != se_a:
+        return f"{after - before:+.3f}"
+    se = (se_b**2 + se_a**2) ** 0.5
+    return f"{after - before:+.3f} ({(after - before) / se:+.1f} s.e.)"
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
 def summarize(out: Path, names: list[str]) -> None:
-    """Per-node table (rounds, groups used, reward and held-out accuracy first vs last) + metrics.png."""
+    """Per-node table (rounds, groups used, reward first vs last fifth, held-out accuracy before → after
+    with standard errors, and the gain in standard errors) + metrics.png."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"swarm local · {out}")
-    for col in ("node", "rounds", "own groups", "peer groups", "peers", "reward first→last",
-                "held-out acc first→last"):
+    for col in ("node", "rounds", "own groups", "peer groups", "peer IS weight", "peers", "reward first→last",
+                "held-out acc before → after (± s.e.)", "gain / s.e."):
         table.add_column(col)
     dirs = []
     for name in names:
         path = out / name / "metrics.jsonl"
         rows = read_metrics(path) if path.is_file() else []
         if not rows:
-            table.add_row(name, "0", "-", "-", "-", "-", "-")
+            table.add_row(name, "0", "-", "-", "-", "-", "-", "-", "-")
             continue
         dirs.append(out / name)
         k = max(1, len(rows) // 5)  # first / last fifth of the run
-        evals = [m["eval_accuracy"] for m in rows if m.get("eval_accuracy") is not None]
-        first_eval = rows[0].get("eval_accuracy_before")
-        first_eval = first_eval if first_eval is not None else (evals[0] if evals else None)
+        evals = [m for m in rows if m.get("eval_accuracy") is not None]
+        before, se_b = rows[0].get("eval_accuracy_before"), rows[0].get("eval_se_before")
+        if before is None and evals:
+            before, se_b = evals[0]["eval_accuracy"], evals[0].get("eval_se")
+        after, se_a = (evals[-1]["eval_accuracy"], evals[-1].get("eval_se")) if evals else (None, None)
         peers = sorted({p for m in rows for p in m.get("external_peers", [])})
+        weights = [m["is_weight_external"] for m in rows if m.get("groups_external") and "is_weight_external" in m]
         table.add_row(
             name, str(len(rows)), str(sum(m["groups_local"] for m in rows)),
-            str(sum(m["groups_external"] for m in rows)), str(len(peers)),
+            str(sum(m["groups_external"] for m in rows)), _fmt(_mean(weights)), str(len(peers)),
             f"{_fmt(_mean([m['reward_mean'] for m in rows[:k]]))} → {_fmt(_mean([m['reward_mean'] for m in rows[-k:]]))}",
-            f"{_fmt(first_eval)} → {_fmt(evals[-1] if evals else None)}",
+            f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
     Console(width=max(110, Console().width)).print(table)
     if dirs:
