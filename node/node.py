@@ -20,6 +20,7 @@ from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.metrics import MetricsLog
+from node.models.device import place
 from node.models.load import load_model
 from node.round.select import SapoSelector
 from node.round.train import build_optimizer
@@ -40,11 +41,13 @@ class Node:
 
         loaded = load_model(cfg.model)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.precision = place(self.model, cfg.train)  # train.device, autocast, gradient checkpointing
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
         self.loss_fn = build_loss_from_config(cfg.loss)
         self.optimizer = build_optimizer(self.model, cfg.train)
+        self.precision.attach(self.optimizer)  # float16: skip overflowing steps, adapt the loss scale
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name

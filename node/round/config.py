@@ -9,9 +9,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from node.models.config import PlacementConfig
 
-class TrainConfig(BaseModel):
-    """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
+
+class TrainConfig(PlacementConfig):
+    """Optimizer and step shape (and, from PlacementConfig, device and precision); the loss has its own
+    config (losses.LossConfig)."""
 
     model_config = ConfigDict(extra="forbid")
     lr: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate.")
