@@ -5,9 +5,10 @@ which precision it is trained (`PlacementConfig`, the `train.device` / `train.au
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
@@ -55,9 +56,8 @@ class PlacementConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     device: str = Field(
-        "auto", pattern=DEVICE_PATTERN,
-        description="Training, scoring and (hf backend) generation device: auto (the first CUDA GPU when torch "
-        "sees one, else cpu), cpu, cuda or cuda:N. Asking for cuda where torch sees none stops the node with "
+        "auto", description="Training, scoring and (hf backend) generation device: auto (the first CUDA GPU "
+        "when torch sees one, else cpu), cpu, cuda or cuda:N. Asking for cuda where torch sees none stops the node with "
         "one line. The vllm backend's engine takes the first visible GPU itself: cuda:1 trains beside it.")
     autocast: Literal["bfloat16", "float16"] | None = Field(
         None, description="Mixed precision: forward passes (generation, scoring, training) run under "
@@ -66,3 +66,10 @@ class PlacementConfig(BaseModel):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass: less memory for long completions, "
         "about a third more compute per training step.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, v):
+            raise ValueError(f"{v!r} is not a device: auto, cpu, cuda or cuda:N")
+        return v

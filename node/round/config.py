@@ -13,8 +13,7 @@ from node.models.config import PlacementConfig
 
 
 class TrainConfig(PlacementConfig):
-    """Optimizer and step shape (and, from PlacementConfig, device and precision); the loss has its own
-    config (losses.LossConfig)."""
+    """Device and precision (PlacementConfig), optimizer and step shape; the loss has its own config."""
 
     model_config = ConfigDict(extra="forbid")
     lr: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate.")
