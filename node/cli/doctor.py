@@ -30,11 +30,9 @@ def add_parser(sub) -> None:
     d.set_defaults(fn=cmd_doctor)
 
 
-def swarm_config(args):
-    """The SwarmConfig doctor checks: the node config's swarm section, or defaults, with the flags applied."""
+def _overrides(args) -> dict:
     from node.cli import network
-    from node.config import ConfigError, load_config
-    from swarm.config import SwarmConfig
+    from node.config import ConfigError
 
     overrides = {}
     for item in args.set or []:
@@ -42,29 +40,72 @@ def swarm_config(args):
         if not sep:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    overrides.update(network.overrides(args))
+    return {**overrides, **network.overrides(args)}
+
+
+def configs(args):
+    """(node config or None, the SwarmConfig doctor checks): the node config's swarm section, or the swarm
+    defaults, with the flags and `--set swarm.…` applied."""
+    from node.config import ConfigError, load_config
+    from swarm.config import SwarmConfig
+
+    overrides = _overrides(args)
     if args.config:
-        return load_config(args.config, overrides).swarm
+        cfg = load_config(args.config, overrides)
+        return cfg, cfg.swarm
     data: dict = {}
     for key, value in overrides.items():
         if not key.startswith("swarm."):
             raise ConfigError(f"without --config only swarm.* fields can be set, not {key}")
         data[key.removeprefix("swarm.")] = value
     try:
-        return SwarmConfig(**{k: v for k, v in data.items() if "." not in k})
+        return None, SwarmConfig(**{k: v for k, v in data.items() if "." not in k})
     except ValueError as exc:
         first = getattr(exc, "errors", lambda: [{"loc": (), "msg": str(exc)}])()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"swarm.{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+def suggest_model(vram_gb: float | None) -> str:
+    """A config for this hardware (free GPU memory in GB, None = no GPU), as the command to run."""
+    if vram_gb is None or vram_gb < 10:
+        return "examples/smollm2-swarm.yaml (SmolLM2-135M + LoRA on the CPU)" + (
+            "" if vram_gb is None else f"; {vram_gb:.0f} GB of GPU memory is too little for vLLM beside training")
+    if vram_gb < 20:
+        return "examples/gpu-workstation.yaml --set model.spec=Qwen/Qwen2.5-0.5B-Instruct (≈ 8 GB of GPU memory)"
+    return "examples/gpu-workstation.yaml (Qwen2.5-1.5B-Instruct + LoRA, vLLM: ≈ 16 GB of GPU memory)"
+
+
+def device_check(node_cfg):
+    """The config's train.device on this machine, and a model sized for its GPU (swarm.doctor.Check)."""
+    import torch
+
+    from node.models.device import DeviceUnavailable, resolve_device
+    from swarm.doctor import Check
+
+    vram = None
+    if torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(0)
+        vram = free / 1e9
+    hw = (f"{torch.cuda.get_device_name(0)}, {vram:.1f} GB free" if vram is not None
+          else f"no CUDA GPU (torch {torch.__version__})")
+    advice = f"for this hardware: swarm node --config {suggest_model(vram)}"
+    if node_cfg is None:
+        return Check("device", "ok", f"{hw}; {advice}")
+    try:
+        device = resolve_device(node_cfg.train.device)
+    except DeviceUnavailable as exc:
+        return Check("device", "fail", str(exc), advice)
+    return Check("device", "ok", f"train.device {node_cfg.train.device} → {device} ({hw})")
+
+
 def cmd_doctor(args) -> int:
     from swarm.doctor import diagnose
 
-    cfg = swarm_config(args)
+    node_cfg, cfg = configs(args)
     print(f"swarm doctor · swarm {cfg.swarm_id!r} · protocol v2 · window {cfg.window_s:g} s · {cfg.shards} shards"
           + (" · client mode" if cfg.client_mode else ""), flush=True)
-    checks = diagnose(cfg, listen_s=args.listen)
+    checks = [device_check(node_cfg)] + diagnose(cfg, listen_s=args.listen)
     width = max(len(c.name) for c in checks)
     for c in checks:
         print(f"  {MARKS[c.status]} {c.name:<{width}}  {c.detail}")

@@ -63,7 +63,9 @@ def cmd_node(args) -> int:
         print(f"[{cfg.name}] peer {transport.peer_id} {where}", flush=True)
     node = Node(cfg, out, transport=transport)
     try:
-        print(f"[{cfg.name}] model {cfg.model.spec} · loss {cfg.loss.name} · "
+        from node.models.device import describe
+
+        print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} · out {out}", flush=True)
         run(node, cfg.rounds)
