@@ -15,6 +15,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        to fetch over swarm.wire.HANDLER_NAME
     take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
                        than `min` are ready)
+    handlers:          bundle pulls, notifications, pushed bundles (swarm.push), and our swarm id,
+                       protocol version and clock for `swarm doctor` (swarm.wire.INFO_NAME)
 
 One RSA key (swarm.identity) is both the libp2p identity and the DHT signing key, so the peer id
 a receiver derives from the signed subkey is the peer it dials for the bytes, and the `peer`

@@ -28,7 +28,9 @@ Receive-side rules (identical for every transport, so unit tests on the twin cov
   (`forged`), `swarm` ours (`wrong_swarm`).
 Bundle-level reasons count one per bundle; record-level reasons one per record. Announcements
 that were valid but never fetched because the fan-in budget was spent are counted apart
-(`skipped`): that is a choice, not a fault. Nothing here ever raises on peer data.
+(`skipped`): that is a choice, not a fault. A bundle offered with its bytes by a peer that cannot
+be dialled (docs/PROTOCOL.md §6.3) goes through the same vetting and the same budget and quota
+booking (`Inbox.claim`) before a byte is read. Nothing here ever raises on peer data.
 """
 
 from __future__ import annotations
