@@ -46,6 +46,8 @@ def _overrides(args) -> dict:
 def configs(args):
     """(node config or None, the SwarmConfig doctor checks): the node config's swarm section, or the swarm
     defaults, with the flags and `--set swarm.…` applied."""
+    from pydantic import ValidationError
+
     from node.config import ConfigError, load_config
     from swarm.config import SwarmConfig
 
@@ -60,8 +62,8 @@ def configs(args):
         data[key.removeprefix("swarm.")] = value
     try:
         return None, SwarmConfig(**{k: v for k, v in data.items() if "." not in k})
-    except ValueError as exc:
-        first = getattr(exc, "errors", lambda: [{"loc": (), "msg": str(exc)}])()[0]
+    except ValidationError as exc:
+        first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"swarm.{where}: {first['msg'].removeprefix('Value error, ')}") from None
 

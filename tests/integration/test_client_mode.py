@@ -11,15 +11,30 @@ import time
 from collections import Counter
 
 import pytest
-
 from hivemind.p2p import P2P, PeerID
+
 from swarm.hivemind_transport import HivemindTransport
+from swarm.local import start_bootstrap, stop_all
 from tests.integration.conftest import peer_config, transport_swarm
 from tests.integration.test_hivemind_transport import _record, _take_until
-from tests.integration.test_open_swarm import _config, _peer_id, _rows, _start, _wait_rounds, bootstrap  # noqa: F401
+from tests.integration.test_open_swarm import (
+    _config,
+    _peer_id,
+    _rows,
+    _start,
+    _wait_rounds,
+)
 
 pytestmark = pytest.mark.integration
 FAST = {"poll_interval_s": 0.2, "fetch_timeout_s": 5}
+
+
+@pytest.fixture
+def bootstrap(tmp_path):
+    boot, maddrs = start_bootstrap(tmp_path / "bootstrap.log")
+    children = [boot]
+    yield maddrs, children
+    stop_all(children, grace_s=10)
 
 
 async def _connect_from_a_stranger(maddrs: list[str], peer_id: str) -> str:
@@ -59,7 +74,7 @@ def test_a_node_nobody_can_dial_pushes_its_bundles_and_pulls_theirs():
 
 def test_a_client_mode_node_trains_on_the_swarm_and_the_swarm_on_it(bootstrap, tmp_path):
     maddrs, children = bootstrap
-    open_, open_out = _start(children, maddrs, tmp_path, "open", _config(tmp_path, "open"))
+    _, open_out = _start(children, maddrs, tmp_path, "open", _config(tmp_path, "open"))
     natd, natd_out = _start(children, maddrs, tmp_path, "natd", _config(tmp_path, "natd"), "--client-mode")
     natd_rows = _wait_rounds(natd_out, 6, 300, natd)
     assert "client mode: no listen address" in (natd_out / "node.log").read_text()

@@ -90,7 +90,7 @@ def _check_command(cmd: list[str], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("profile", [(), ("--profile", "gpu")], ids=["cpu", "gpu"])
 def test_every_compose_command_parses(profile, tmp_path):
-    for name, svc in _config(*profile)["services"].items():
+    for svc in _config(*profile)["services"].values():
         if svc.get("command") and svc["image"].startswith("rlswarm"):
             _check_command(svc["command"], tmp_path)
 

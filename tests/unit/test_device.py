@@ -88,7 +88,7 @@ def test_autocast_runs_forward_passes_in_low_precision_with_float32_weights(tiny
     assert seen and set(seen) == {want}
     seen.clear()
     with torch.no_grad():
-        logp, mask = score_rows(lm.model, [r.tokens for r in rows], 1.0, lm.tokenizer.pad_token_id)
+        logp, _ = score_rows(lm.model, [r.tokens for r in rows], 1.0, lm.tokenizer.pad_token_id)
     handle.remove()
     assert set(seen) == {want} and logp.dtype == torch.float32
     # generation and scoring in the same precision: on-policy log-ratios stay near 0

@@ -12,7 +12,13 @@ import pytest
 
 from node.cli import network
 from node.config import ConfigError
-from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+from protocols.records import (
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.config import SwarmConfig
 from swarm.dht import network_options
 from swarm.transport import Inbox, Limits, make_bundle
