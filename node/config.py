@@ -71,6 +71,9 @@ class NodeConfig(BaseModel):
             raise ValueError("federated mode averages LoRA adapters: set model.lora")
         if self.federated is not None and any(isinstance(s, FileDatasetSpec) for s in self.tasks.datasets):
             raise ValueError("federated mode splits reasoning-gym task families: tasks.datasets cannot hold files")
+        if self.federated is not None and self.train.autocast == "float16":
+            raise ValueError("train.autocast float16 is not available in federated mode (its loss scale would "
+                             "also divide the FedProx term); use bfloat16")
         return self
 
 

@@ -20,6 +20,7 @@ from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.metrics import EvalResult, MetricsLog
+from node.models.device import place
 from node.models.load import load_model
 from node.round.reference import build_reference
 from node.round.select import SapoSelector
@@ -41,6 +42,7 @@ class Node:
 
         loaded = load_model(cfg.model)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.precision = place(self.model, cfg.train)  # train.device, autocast, gradient checkpointing
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
@@ -48,6 +50,7 @@ class Node:
         # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
         self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
         self.optimizer = build_optimizer(self.model, cfg.train)
+        self.precision.attach(self.optimizer)  # float16: skip overflowing steps, adapt the loss scale
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name

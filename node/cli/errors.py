@@ -19,6 +19,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     try:
+        from node.models.device import DeviceUnavailable
+
+        errors.append(DeviceUnavailable)
+    except ImportError:
+        pass
+    try:
         from swarm.local import LaunchError
 
         errors.append(LaunchError)

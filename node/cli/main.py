@@ -1,8 +1,10 @@
 """`swarm` — the command line.
 
-  swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ...] [--set k=v ...]
-  swarm local --nodes N --config FILE [--rounds N] [--out DIR]
-  swarm bootstrap [--host-maddrs ...] [--identity FILE]
+  swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ... | --initial-peers-file PATH|URL]
+             [--identity FILE] [--host-maddrs ...] [--announce-maddrs ...] [--client-mode] [--set k=v ...]
+  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N]
+  swarm bootstrap [--host-maddrs ...] [--announce-maddrs ...] [--identity FILE] [--maddrs-file FILE]
+  swarm doctor [--config FILE] [network flags as for node]
   swarm models list | fetch NAME
   swarm eval --config FILE [--checkpoint DIR]
   swarm plot DIR... [--out PNG]
@@ -33,30 +35,12 @@ def _overrides(args) -> dict:
         if not sep:
             raise SystemExit(f"error: --set expects key=value, got {item!r}")
         out[key] = yaml.safe_load(value)
-    peers = list(getattr(args, "initial_peers", None) or [])
-    if getattr(args, "initial_peers_file", None):
-        peers += _read_peers_file(Path(args.initial_peers_file))
-    if peers:
-        out["swarm.initial_peers"] = peers
-        out["swarm.enabled"] = True
+    from node.cli import network
+
+    out.update(network.overrides(args))  # --initial-peers(-file), --identity, --host/announce-maddrs, ...
     if getattr(args, "rounds", None):
         out["rounds"] = args.rounds
     return out
-
-
-def _read_peers_file(path: Path, wait_s: float = 300.0) -> list[str]:
-    """Multiaddrs written by `swarm bootstrap --maddrs-file` (waits for the file, e.g. in docker-compose)."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while not path.is_file():
-        if time.monotonic() > deadline:
-            raise FileNotFoundError(f"no bootstrap address file at {path} after {wait_s:.0f} s")
-        time.sleep(1.0)
-    peers = [line.strip() for line in path.read_text().splitlines() if "/p2p/" in line]
-    if not peers:
-        raise FileNotFoundError(f"{path} holds no multiaddr with /p2p/")
-    return peers
 
 
 def cmd_node(args) -> int:
@@ -66,15 +50,22 @@ def cmd_node(args) -> int:
 
     cfg = load_config(args.config, _overrides(args))
     out = Path(args.out or Path("runs") / cfg.name)
+    from node.models.device import resolve_device
+
+    resolve_device(cfg.train.device)  # cuda asked for but absent: one line, before any network start
     transport = None
     if cfg.swarm.enabled:
         from swarm.hivemind_transport import HivemindTransport
 
         transport = HivemindTransport(cfg=cfg.swarm, start=True)
-        print(f"[{cfg.name}] peer {transport.peer_id} listening on {' '.join(transport.visible_maddrs())}", flush=True)
+        where = ("client mode: no listen address, bundles pushed to peers" if cfg.swarm.client_mode
+                 else "listening on " + " ".join(transport.visible_maddrs()))
+        print(f"[{cfg.name}] peer {transport.peer_id} {where}", flush=True)
     node = Node(cfg, out, transport=transport)
     try:
-        print(f"[{cfg.name}] model {cfg.model.spec} · loss {cfg.loss.name} · "
+        from node.models.device import describe
+
+        print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} · out {out}", flush=True)
         run(node, cfg.rounds)
@@ -94,20 +85,20 @@ def cmd_bootstrap(args) -> int:
 
     print_fn = print
     if args.maddrs_file:
+        from node.cli.network import write_peers_file
+
         target, lines = Path(args.maddrs_file), []
 
-        def print_fn(*parts, **kw):  # also write the addresses, atomically, for `--initial-peers-file`
+        def print_fn(*parts, **kw):  # also write the addresses as a peers file, for `--initial-peers-file`
             print(*parts, **kw)
             text = " ".join(str(p) for p in parts)
             if "/p2p/" in text and text.startswith("/"):
                 lines.append(text)
-                tmp = target.with_suffix(".tmp")
-                tmp.write_text("\n".join(lines) + "\n")
-                os.replace(tmp, target)
+                write_peers_file(target, lines, swarm_id=args.swarm_id, note="written by swarm bootstrap")
 
     run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
-                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id,
-                  print_fn=print_fn)
+                  identity_path=args.identity, startup_timeout_s=args.startup_timeout,
+                  swarm_id=args.swarm_id or "rlswarm", print_fn=print_fn)
     return 0
 
 
@@ -172,6 +163,8 @@ def cmd_config(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from node.cli import doctor, network
+
     p = argparse.ArgumentParser(prog="swarm", description="Decentralized RL swarm trainer.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
@@ -180,9 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--config", required=True)
     n.add_argument("--rounds", type=int, help="stop after this many rounds (overrides config)")
     n.add_argument("--out", help="metrics, logs and checkpoints go here (default runs/<name>)")
-    n.add_argument("--initial-peers", nargs="+", help="bootstrap multiaddrs; enables the swarm")
-    n.add_argument("--initial-peers-file", help="read bootstrap multiaddrs from this file (waits for it)")
     n.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
+    network.add_flags(n)
     n.set_defaults(fn=cmd_node)
 
     lo = sub.add_parser("local", help="launch a bootstrap + N nodes on 127.0.0.1")
@@ -192,14 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--rounds", type=int)
     lo.add_argument("--out", default="runs/local")
     lo.add_argument("--set", action="append", metavar="KEY=VALUE")
+    lo.add_argument("--restart", type=int, default=0, metavar="N",
+                    help="restart a node that dies, up to N times (it resumes from its checkpoint); "
+                    "default 0: a dying node stops the run, non-zero exit")
     lo.set_defaults(fn=cmd_local)
 
     b = sub.add_parser("bootstrap", help="run a DHT bootstrap peer and print its multiaddrs")
     b.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/31337"])
     b.add_argument("--announce-maddrs", nargs="+", help="public addresses to advertise (behind NAT)")
     b.add_argument("--identity", help="identity file (stable peer id)")
-    b.add_argument("--swarm-id", default="rlswarm", help="swarm namespace (must match the nodes')")
-    b.add_argument("--maddrs-file", help="also write the multiaddrs to this file (see node --initial-peers-file)")
+    b.add_argument("--swarm-id", help="swarm namespace, written into the peers file (default: none, any swarm)")
+    b.add_argument("--maddrs-file", help="also write the multiaddrs to this peers file (node --initial-peers-file)")
     b.add_argument("--startup-timeout", type=float, default=60.0)
     b.set_defaults(fn=cmd_bootstrap)
 
@@ -224,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", required=True, help="output folder (must not exist or be empty)")
     ex.add_argument("--merge", action="store_true", help="LoRA: merge the adapter into a full model")
     ex.set_defaults(fn=cmd_export)
+
+    doctor.add_parser(sub)
 
     c = sub.add_parser("config", help="show the resolved config")
     c.add_argument("action", choices=["show", "doc"], help="show: the resolved config; doc: the reference (markdown)")

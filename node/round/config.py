@@ -9,9 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from node.models.config import PlacementConfig
 
-class TrainConfig(BaseModel):
-    """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
+
+class TrainConfig(PlacementConfig):
+    """Device and precision (PlacementConfig), optimizer and step shape; the loss has its own config."""
 
     model_config = ConfigDict(extra="forbid")
     lr: float = Field(1e-5, ge=0, le=1.0, description="AdamW learning rate (0 freezes the policy: a control run "

@@ -148,16 +148,17 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
     for i, r in enumerate(rows):
         if r.aligned:
             beh[i, : len(r.logp_beh)] = torch.tensor(r.logp_beh)
+    dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
         logp_old=logp.detach() if old is None else _padded(rows, old, mask),
         logp_beh=beh,
-        logp_beh_seq=torch.tensor([r.logp_beh_seq for r in rows]),
-        beh_aligned=torch.tensor([r.aligned for r in rows]),
+        logp_beh_seq=torch.tensor([r.logp_beh_seq for r in rows], device=dev),
+        beh_aligned=torch.tensor([r.aligned for r in rows], device=dev),
         mask=mask,
-        advantages=torch.tensor([r.advantage for r in rows]),
-        group_ids=torch.tensor([r.group_id for r in rows]),
-        is_external=torch.tensor([r.external for r in rows]),
+        advantages=torch.tensor([r.advantage for r in rows], device=dev),
+        group_ids=torch.tensor([r.group_id for r in rows], device=dev),
+        is_external=torch.tensor([r.external for r in rows], device=dev),
         logp_ref=None if ref is None else _padded(rows, ref, mask),
         totals=totals,
     )
