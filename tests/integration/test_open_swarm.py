@@ -5,8 +5,9 @@
 2. Two nodes whose rounds differ ≥ 10× in length each train on the other's groups, and the fast
    node's rounds are not slowed down to the slow node's pace. Both train on I + J = 4 groups of
    the same shape per step (backfilled with their own when peers' are missing), so the fast node's
-   solo and paired rounds do the same work; the slow node is slow because it generates 24× as many
-   groups, 16 sequences per generate call. On a 2-core machine a busy slow process would also take
+   solo and paired rounds do the same work; the slow node is slow because it generates one sequence
+   per generate call (32 calls a round against the fast node's one), so its bundles stay as small as
+   the fast node's and cost the fast node no more to take in. On a 2-core machine a busy slow process would also take
    CPU from the fast one, which is not what the test is about (waiting on a slow peer): the slow
    node runs at the lowest CPU priority, as if it were on other hardware.
 3. kill -9 of one of three nodes: the other two keep going without waiting for it; restarted with
@@ -108,7 +109,7 @@ def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path)
     fast, fast_out = _start(children, maddrs, tmp_path, "fast", _config(tmp_path, "fast"))
     solo = _wait_rounds(fast_out, 25, 300, fast)[5:]  # the fast node alone (after warm-up)
     slow, slow_out = _start(children, maddrs, tmp_path, "slow",
-                            _config(tmp_path, "slow", prompts=96, batch=16), "--rounds", "6", niceness=19)
+                            _config(tmp_path, "slow", prompts=8, batch=1), "--rounds", "6", niceness=19)
     slow_rows = _wait_rounds(slow_out, 6, 600, slow)
     fast_rows = _rows(fast_out)
     slow_id, fast_id = _peer_id(slow_out), _peer_id(fast_out)
