@@ -8,6 +8,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
     try:
+        from node.checkpoint import CheckpointError
+
+        errors.append(CheckpointError)
+    except ImportError:
+        pass
+    try:
         from node.models.load import ModelNotFound
 
         errors.append(ModelNotFound)

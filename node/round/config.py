@@ -44,7 +44,7 @@ class SelectConfig(BaseModel):
     )
 
 class IngestConfig(BaseModel):
-    """Which peers' records are fresh enough to learn from (HeteroRL staleness window)."""
+    """Which peers' records are fresh and small enough to learn from (HeteroRL staleness window, work bounds)."""
 
     model_config = ConfigDict(extra="forbid")
     max_staleness_rounds: int = Field(
@@ -57,3 +57,9 @@ class IngestConfig(BaseModel):
         120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."
     )
     min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")
+    max_completion_tokens: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="Drop a peer's record when a completion is longer than this, counted in the tokens "
+        "this node would train on (the sender's ids when tokenizers match, else our re-tokenisation); "
+        "null = this node's own generation.max_new_tokens.",
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node.round.groups import Group, verify_group
-from node.round.ingest import ingest
+from node.round.ingest import ingest_for
 from node.round.records import to_records
 from node.round.train import StepResult, build_rows, train_step
 
@@ -59,9 +59,7 @@ def gather(node: Node, round_: int) -> Gathered:
     late = node.transport.gather(list(window), timeout=0.0, min_peers=0) if len(window) else None
     records = now.records + (late.records if late else [])
     drops = now.drops + (late.drops if late else type(now.drops)())
-    result = ingest(records, tasks=node.tasks, cfg=node.cfg.ingest, round_=round_,
-                    own_fingerprint=node.fingerprint, own_vocab_size=node.vocab_size,
-                    advantage_mode=node.cfg.train.advantage)
+    result = ingest_for(node, records, round_)
     drops.update(result.drops)
     node.selector.prune(lambda g: round_ - g.round <= node.cfg.ingest.max_staleness_rounds)
     return Gathered(result.groups, dict(drops), now.latency_s)

@@ -78,11 +78,20 @@ def dash_filter(rows: list[Row], threshold: float) -> list[Row]:
 
 
 def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
-    """Whole groups per micro-batch, up to `size` rows (a group larger than `size` stays whole)."""
+    """Whole groups per micro-batch, up to `size` rows (a group larger than `size` stays whole).
+
+    Groups are bucketed by length: taken in order of their longest row (prompt + completion), so
+    a micro-batch holds groups of similar length and one long group pads only its own bucket,
+    not every row of the step (a forward pass costs rows × the longest row in it). The loss
+    divides by the step's totals, so the order of micro-batches does not change the step.
+    """
+    by_group: dict[int, list[Row]] = {}
+    for r in rows:
+        by_group.setdefault(r.group_id, []).append(r)
+    ordered = sorted(by_group.values(), key=lambda g: max(_row_len(r) for r in g))  # stable
     batches: list[list[Row]] = []
     current: list[Row] = []
-    for gid in dict.fromkeys(r.group_id for r in rows):
-        group = [r for r in rows if r.group_id == gid]
+    for group in ordered:
         if current and len(current) + len(group) > size:
             batches.append(current)
             current = []
@@ -90,6 +99,10 @@ def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     if current:
         batches.append(current)
     return batches
+
+
+def _row_len(r: Row) -> int:
+    return len(r.tokens.prompt_ids) + len(r.tokens.completion_ids)
 
 
 def batch_totals(rows: list[Row]) -> BatchTotals:
