@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
+    from node.cli.lifetime import UsageError
     from node.config import ConfigError
 
-    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError]
+    errors: list[type[BaseException]] = [ConfigError, UsageError, FileNotFoundError]
     try:
         from node.checkpoint import CheckpointError
 

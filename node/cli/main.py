@@ -8,8 +8,10 @@
   swarm plot DIR... [--out PNG]
   swarm config show --config FILE
 
-Every user-facing failure (bad config, missing model, unreachable bootstrap peers) ends with one
-line on stderr and exit status 2, not a traceback.
+Every user-facing failure (bad config, missing model, unreachable bootstrap peers, a port in
+use, an unusable or busy --out) ends with one line on stderr and exit status 2, not a traceback.
+Exit status 130 after SIGINT, 143 after SIGTERM (children stopped either way: node.cli.lifetime),
+3 when the swarm transport's DHT process or p2pd died under a running node.
 """
 
 from __future__ import annotations
@@ -18,27 +20,36 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
 
+from node.cli.args import check_rounds, parse_sets
+from node.cli.lifetime import (
+    EXIT_TERMINATED,
+    Terminated,
+    check_ports,
+    install_signal_handlers,
+    lock_out_dir,
+    maddr_ports,
+    prepare_out_dir,
+)
+
+EXIT_TRANSPORT_DIED = 3
+
 
 def _overrides(args) -> dict:
-    out = {}
-    for item in getattr(args, "set", None) or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"error: --set expects key=value, got {item!r}")
-        out[key] = yaml.safe_load(value)
+    out = parse_sets(getattr(args, "set", None))
     peers = list(getattr(args, "initial_peers", None) or [])
     if getattr(args, "initial_peers_file", None):
         peers += _read_peers_file(Path(args.initial_peers_file))
     if peers:
         out["swarm.initial_peers"] = peers
         out["swarm.enabled"] = True
-    if getattr(args, "rounds", None):
+    check_rounds(getattr(args, "rounds", None))
+    if getattr(args, "rounds", None) is not None:
         out["rounds"] = args.rounds
     return out
 
@@ -58,38 +69,66 @@ def _read_peers_file(path: Path, wait_s: float = 300.0) -> list[str]:
     return peers
 
 
+def _node_ports(cfg) -> list[tuple[str, str, int, str]]:
+    ports = []
+    if cfg.metrics.prometheus_port:
+        ports.append(("tcp", cfg.metrics.prometheus_host, cfg.metrics.prometheus_port, "metrics.prometheus_port"))
+    if cfg.swarm.enabled:
+        ports += [(proto, host, port, "swarm.host_maddrs") for proto, host, port in maddr_ports(cfg.swarm.host_maddrs)]
+    return ports
+
+
 def cmd_node(args) -> int:
     from node.config import load_config
     from node.node import Node
     from node.runner import run
 
     cfg = load_config(args.config, _overrides(args))
-    out = Path(args.out or Path("runs") / cfg.name)
-    transport = None
-    if cfg.swarm.enabled:
-        from swarm.hivemind_transport import HivemindTransport
+    out = prepare_out_dir(Path(args.out or Path("runs") / cfg.name))
+    lock_out_dir(out)  # held until this process exits
+    check_ports(_node_ports(cfg))
+    with ExitStack() as stack:  # unwinds on SIGTERM / SIGINT too (node.cli.lifetime)
+        _watchdog(stack)
+        transport = None
+        if cfg.swarm.enabled:
+            from swarm.hivemind_transport import HivemindTransport
 
-        transport = HivemindTransport(cfg=cfg.swarm, start=True)
-        print(f"[{cfg.name}] peer {transport.peer_id} listening on {' '.join(transport.visible_maddrs())}", flush=True)
-    node = Node(cfg, out, transport=transport)
-    try:
+            transport = HivemindTransport(cfg=cfg.swarm, start=True)
+            stack.callback(transport.shutdown)  # idempotent; covers a failure while the node is built
+            print(f"[{cfg.name}] peer {transport.peer_id} listening on {' '.join(transport.visible_maddrs())}",
+                  flush=True)
+        node = Node(cfg, out, transport=transport)
+        stack.callback(node.close)
         print(f"[{cfg.name}] model {cfg.model.spec} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} · out {out}", flush=True)
         run(node, cfg.rounds)
-    finally:
-        node.close()
     return 0
+
+
+def _watchdog(stack: ExitStack) -> None:
+    """The orphan watchdog (node.cli.watchdog) for as long as `stack` is open."""
+    from node.cli.watchdog import start_watchdog
+
+    dog = start_watchdog()
+    if dog is not None:
+        stack.callback(dog.wait)
+        stack.callback(dog.kill)  # the command ends normally: nothing left to clean up
 
 
 def cmd_local(args) -> int:
     from node.cli.local import run_local
 
-    return run_local(args)
+    check_rounds(args.rounds)
+    prepare_out_dir(Path(args.out))
+    with ExitStack() as stack:
+        _watchdog(stack)
+        return run_local(args)
 
 
 def cmd_bootstrap(args) -> int:
-    from swarm.bootstrap import run_bootstrap
+    check_ports([(proto, host, port, "--host-maddrs") for proto, host, port in maddr_ports(args.host_maddrs)])
+    from swarm.bootstrap import run_bootstrap  # hivemind: seconds to import
 
     print_fn = print
     if args.maddrs_file:
@@ -104,9 +143,11 @@ def cmd_bootstrap(args) -> int:
                 tmp.write_text("\n".join(lines) + "\n")
                 os.replace(tmp, target)
 
-    run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
-                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id,
-                  print_fn=print_fn)
+    with ExitStack() as stack:
+        _watchdog(stack)
+        run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
+                      identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id,
+                      print_fn=print_fn)
     return 0
 
 
@@ -218,9 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # A shell script that starts us with `&` leaves SIGINT ignored, and Python then never raises
-    # KeyboardInterrupt; Ctrl-C and the SIGINT `swarm local` sends its nodes must still stop us.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    install_signal_handlers()  # SIGINT and SIGTERM unwind like Ctrl-C, so children are stopped
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -233,11 +272,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from node.cli.errors import user_errors
 
+    from swarm.health import TransportDied
+
     try:
         return args.fn(args)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except TransportDied as exc:
+        print(f"error: {exc}; stopping (restarting the node resumes from its last checkpoint)", file=sys.stderr)
+        return EXIT_TRANSPORT_DIED
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -80,10 +80,11 @@ def dash_filter(rows: list[Row], threshold: float) -> list[Row]:
 def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     """Whole groups per micro-batch, up to `size` rows (a group larger than `size` stays whole).
 
-    Groups are bucketed by length: taken in order of their longest row (prompt + completion), so
-    a micro-batch holds groups of similar length and one long group pads only its own bucket,
-    not every row of the step (a forward pass costs rows × the longest row in it). The loss
-    divides by the step's totals, so the order of micro-batches does not change the step.
+    Bucketed by length: groups are taken in order of their longest row (prompt + completion), and
+    a micro-batch closes when the next group's longest row is more than twice the first one's,
+    so every row is padded to less than twice its bucket's shortest longest-row and one long
+    group pads only itself (a forward pass costs rows × the longest row in it). The loss divides
+    by the step's totals, so how rows are split into micro-batches does not change the step.
     """
     by_group: dict[int, list[Row]] = {}
     for r in rows:
@@ -91,10 +92,14 @@ def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     ordered = sorted(by_group.values(), key=lambda g: max(_row_len(r) for r in g))  # stable
     batches: list[list[Row]] = []
     current: list[Row] = []
+    floor = 0  # longest row of the current micro-batch's first group
     for group in ordered:
-        if current and len(current) + len(group) > size:
+        longest = max(_row_len(r) for r in group)
+        if current and (len(current) + len(group) > size or longest > 2 * floor):
             batches.append(current)
             current = []
+        if not current:
+            floor = longest
         current.extend(group)
     if current:
         batches.append(current)
