@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+
+# (module, class): an exception of one of these classes can only exist once its module is
+# imported, so looking them up in sys.modules imports nothing (the error path stays fast).
+USER_ERRORS = (
+    ("node.config", "ConfigError"),
+    ("node.cli.lifetime", "UsageError"),
+    ("node.checkpoint", "CheckpointError"),
+    ("node.models.load", "ModelNotFound"),
+    ("swarm.local", "LaunchError"),
+    ("swarm.dht", "BootstrapUnreachable"),
+)
+
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from node.cli.lifetime import UsageError
-    from node.config import ConfigError
-
-    errors: list[type[BaseException]] = [ConfigError, UsageError, FileNotFoundError]
-    try:
-        from node.checkpoint import CheckpointError
-
-        errors.append(CheckpointError)
-    except ImportError:
-        pass
-    try:
-        from node.models.load import ModelNotFound
-
-        errors.append(ModelNotFound)
-    except ImportError:
-        pass
-    try:
-        from swarm.local import LaunchError
-
-        errors.append(LaunchError)
-    except ImportError:
-        pass
-    try:
-        from swarm.dht import BootstrapUnreachable
-
-        errors.append(BootstrapUnreachable)
-    except ImportError:
-        pass
+    errors: list[type[BaseException]] = [FileNotFoundError]
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            errors.append(getattr(loaded, name))
     return tuple(errors)

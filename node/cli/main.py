@@ -78,15 +78,23 @@ def _node_ports(cfg) -> list[tuple[str, str, int, str]]:
     return ports
 
 
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging  # seconds to import: after the cheap checks
+
+    hf_logging.disable_progress_bar()  # checkpoint saves would print a bar every time
+
+
 def cmd_node(args) -> int:
     from node.config import load_config
-    from node.node import Node
-    from node.runner import run
 
     cfg = load_config(args.config, _overrides(args))
     out = prepare_out_dir(Path(args.out or Path("runs") / cfg.name))
     lock_out_dir(out)  # held until this process exits
     check_ports(_node_ports(cfg))
+    _quiet_transformers()
+    from node.node import Node
+    from node.runner import run
+
     with ExitStack() as stack:  # unwinds on SIGTERM / SIGINT too (node.cli.lifetime)
         _watchdog(stack)
         transport = None
@@ -171,6 +179,7 @@ def cmd_eval(args) -> int:
     overrides.update({"metrics.console": False, "swarm.enabled": False})
     cfg = load_config(args.config, overrides)
     out = Path(args.out or Path("runs") / cfg.name)
+    _quiet_transformers()
     node = Node(cfg, out)
     print(json.dumps({"node": cfg.name, "round": node.next_round - 1,
                       "eval_accuracy": node.evaluate(), "eval_size": cfg.tasks.eval_size}))
@@ -263,10 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.command in ("node", "eval"):
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # checkpoint saves would print a bar every time
     if args.command == "models" and args.action == "fetch" and not args.name:
         print("error: swarm models fetch needs a model name (see `swarm models list`)", file=sys.stderr)
         return 2
