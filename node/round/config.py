@@ -59,7 +59,7 @@ class IngestConfig(BaseModel):
     min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")
     max_completion_tokens: int | None = Field(
         None, ge=1, le=1 << 20,
-        description="Drop a peer's record when a completion is longer than this, counted in the tokens "
-        "this node would train on (the sender's ids when tokenizers match, else our re-tokenisation); "
-        "null = this node's own generation.max_new_tokens.",
+        description="Drop a peer's record when a completion is longer than this many of the sender's "
+        "tokens, or (another tokenizer) 4× this many in our re-tokenisation; null = this node's own "
+        "generation.max_new_tokens.",
     )

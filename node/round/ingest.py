@@ -7,8 +7,8 @@ could inflate:
      checks the sender's prompt contains the regenerated question;
   3. decides whether the sender's token ids and per-token μ apply (same tokenizer fingerprint,
      docs/ARCHITECTURE.md §6) or only the text does;
-  4. bounds the work: every completion at most `max_completion_tokens` tokens in the form this
-     node would train on (the sender's ids when aligned, else our re-tokenisation, whose text is
+  4. bounds the work: every completion at most `max_completion_tokens` of the sender's tokens
+     and, when unaligned, at most RETOKENISED_SLACK times that in our re-tokenisation (its text
      bounded in characters before it is tokenised), and our prompt + completion within the
      model's context;
   5. aligned ids must say what the text says: our tokenizer decodes the ids exactly as our own
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 # A token of any tokenizer this project meets decodes to at most a few dozen characters; text
 # longer than this many characters per allowed token cannot fit the budget and is not tokenised.
 MAX_CHARS_PER_TOKEN = 32
+# Another tokenizer's text re-tokenised by ours: how much longer than the budget it may come out
+# (two BPE vocabularies of different sizes, or a digit-level one, differ by well under 4×).
+RETOKENISED_SLACK = 4
 
 
 @dataclass
@@ -152,18 +155,25 @@ def _malformed(rec: RolloutRecord, cfg: IngestConfig) -> str | None:
 
 
 def _over_budget(rec: RolloutRecord, task: Task, aligned: bool, own: OwnModel) -> str | None:
-    """`completion_too_long` / `context_overflow` when a completion costs more than we would spend."""
+    """`completion_too_long` / `context_overflow` when a completion costs more than we would spend.
+
+    Every completion: at most `max_completion_tokens` of the sender's tokens. Unaligned ones are
+    trained on in our re-tokenisation, which another tokenizer may make longer: that is allowed
+    up to RETOKENISED_SLACK times the budget, and text too long to fit is not tokenised at all.
+    """
     limit = own.max_completion_tokens
     lengths = []
     for c in rec.completions:
+        if len(c.token_ids) > limit:
+            return "completion_too_long"
         if aligned:
             n = len(c.token_ids)
-        elif len(c.text) > limit * MAX_CHARS_PER_TOKEN:
+        elif len(c.text) > limit * RETOKENISED_SLACK * MAX_CHARS_PER_TOKEN:
             return "completion_too_long"  # not worth tokenising
         else:  # what node.round.train.build_rows will train on
             n = len(own.tokenizer(c.text, add_special_tokens=False)["input_ids"]) + (c.finish_reason == "stop")
-        if n > limit:
-            return "completion_too_long"
+            if n > limit * RETOKENISED_SLACK:
+                return "completion_too_long"
         lengths.append(n)
     if own.max_context is not None:
         prompt = len(own.tokenizer(own.prompt_of(task), add_special_tokens=False)["input_ids"])

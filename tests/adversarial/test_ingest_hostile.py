@@ -108,12 +108,16 @@ def test_completion_longer_than_our_budget_is_dropped(tiny_qwen, tasks):
     assert len(at_limit.token_ids) <= LIMIT
     result = _ingest(tiny_qwen, tasks, [bomb, honest])
     assert result.drops == Counter({"completion_too_long": 1}) and len(result.groups) == 1
+    # unaligned, the sender's own count is held to the same budget whatever its text says
+    other = dataclasses.replace(bomb, model=dataclasses.replace(bomb.model, tokenizer=OTHER_FINGERPRINT),
+                                completions=(dataclasses.replace(long, text="<answer>1</answer>"),) * 8)
+    assert _ingest(tiny_qwen, tasks, [other]).drops == Counter({"completion_too_long": 1})
 
 
 def test_unaligned_text_is_bounded_before_it_is_tokenised(tiny_qwen, tasks):
     honest = honest_record(tiny_qwen, tasks, aligned=False)
     huge = Completion("9" * (1 << 20), (1,), (-0.1,), "length")  # one token claimed, 1 Mi characters
-    mid = Completion("1 " * 40, (1,), (-0.1,), "length")  # fits in characters, not in our tokens
+    mid = Completion("1 " * 200, (1,), (-0.1,), "length")  # fits in characters, not in 4 × 16 of our tokens
     calls = Counter()
     tok = tiny_qwen.tokenizer
 
