@@ -56,14 +56,20 @@ def test_out_under_a_regular_file(tmp_path):
     _one_line_exit_2(cli(*SOLO, "--out", str(tmp_path / "file")), "not a directory")
 
 
-def test_out_not_writable(tmp_path):
-    if os.geteuid() == 0:  # root writes anywhere permissions allow nothing: use a place no one can write
-        target = Path("/proc/rlswarm-test-out")
-    else:
+def _unwritable(tmp_path: Path) -> list[Path]:
+    """A directory this user cannot create and one it cannot write in."""
+    if os.geteuid() != 0:
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        target = locked / "run"
-    _one_line_exit_2(cli(*SOLO, "--out", str(target)), str(target))
+        return [locked / "run", locked]
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("root, and no sysfs: no place here that root cannot write")
+    return [Path("/sys/rlswarm-test-out"), Path("/sys/kernel")]  # EPERM on mkdir, EACCES on create
+
+
+def test_out_not_writable(tmp_path):
+    for target in _unwritable(tmp_path):
+        _one_line_exit_2(cli(*SOLO, "--out", str(target)), str(target))
 
 
 @pytest.mark.parametrize("args, needle", [
