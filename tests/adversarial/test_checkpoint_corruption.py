@@ -104,3 +104,31 @@ def test_manifest_covers_every_file_and_a_clean_checkpoint_verifies(tmp_path, ti
     on_disk = {str(p.relative_to(newest)) for p in newest.rglob("*") if p.is_file()} - {"manifest.json"}
     assert listed == on_disk and "state.json" in listed and "model/model.safetensors" in listed
     assert checkpoint.verify(newest)["round"] == 1
+
+
+@pytest.mark.integration
+def test_swarm_node_restarts_from_the_previous_checkpoint_or_says_why_not(tmp_path):
+    """The finding as a user meets it: a flipped weight byte in the newest checkpoint loaded silently
+    (and was checkpointed again); a truncated one crashed every restart with a traceback."""
+    import json as _json
+
+    from tests.adversarial.procs import cli
+
+    out = tmp_path / "run"
+    args = ["node", "--config", "examples/tiny-solo.yaml", "--out", str(out), "--set", "eval.every=0",
+            "--set", "checkpoint.keep=3"]
+    first = cli(*args, "--rounds", "2")
+    assert first.returncode == 0, first.stderr
+    _flip(out / "checkpoints" / "round-00000001" / "model" / "model.safetensors",
+          (out / "checkpoints" / "round-00000001" / "model" / "model.safetensors").stat().st_size - 17)
+    again = cli(*args, "--rounds", "3")
+    assert again.returncode == 0, again.stderr
+    assert "round-00000001 is unusable" in again.stderr and "sha256" in again.stderr
+    rows = [_json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["round"], m.get("resumed", False)) for m in rows] == [(0, False), (1, False), (1, True), (2, False)]
+    for r in range(3):
+        _truncate(out / "checkpoints" / f"round-0000000{r}" / "optimizer.pt")
+    broken = cli(*args, "--rounds", "4")
+    assert broken.returncode == 2 and "Traceback" not in broken.stderr, broken.stderr
+    lines = broken.stderr.strip().splitlines()  # one warning per refused checkpoint, then the error
+    assert len(lines) == 4 and lines[-1].startswith("error: no usable checkpoint"), broken.stderr
