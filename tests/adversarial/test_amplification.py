@@ -64,7 +64,8 @@ def test_a_few_kilobytes_cannot_become_a_gigabyte_of_objects():
         cost = _decode_cost(case)
         assert cost["bytes"] < 8000 and cost["outcome"] == "too_large", cost
         # the 64 MiB decompressed payload itself is allowed; the objects it describes are not
-        assert cost["peak_mb"] < 160 and cost["seconds"] < 2.0, cost
+        # (memory is the robust signal on a shared machine; the time bound only catches a stall)
+        assert cost["peak_mb"] < 160 and cost["seconds"] < 10.0, cost
 
 
 def test_a_bundle_cannot_unpack_millions_of_tokens():
