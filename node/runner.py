@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from node.federated.round import run_federated_round
 from node.round.loop import run_round
+from swarm.health import TransportDied, TransportWatch
 
 if TYPE_CHECKING:
     from node.node import Node
@@ -19,14 +20,21 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 
 
 def run(node: Node, rounds: int) -> list[dict[str, Any]]:
-    """Run rounds start..rounds-1 (resuming after the last checkpointed round)."""
+    """Run rounds start..rounds-1 (resuming after the last checkpointed round).
+
+    Before every round the transport's processes are checked (swarm.health): a node whose DHT
+    child or p2pd died stops with TransportDied instead of running rounds with no peers.
+    """
     round_fn = ROUND_FUNCTIONS[node.mode]
+    watch = TransportWatch(node.transport)
     meet_peers(node)
     out = []
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
         before = node.evaluate_items()
         node.eval_before, node.eval_before_se = before.accuracy, before.se
     for round_ in range(node.next_round, rounds):
+        if problem := watch.problem():
+            raise TransportDied(problem)
         out.append(round_fn(node, round_))
         node.next_round = round_ + 1
     return out

@@ -49,6 +49,8 @@ class CapsConfig(BaseModel):
                             description="generated tokens per completion")
     max_text_chars: int = Field(DEFAULT_CAPS.max_text_chars, ge=1, le=1 << 26,
                                 description="characters in any one string field (prompt, completion text)")
+    max_bundle_tokens: int = Field(DEFAULT_CAPS.max_bundle_tokens, ge=1, le=1 << 30,
+                                   description="generated tokens in one bundle, all completions together")
 
     def to_caps(self) -> Caps:
         return Caps(**self.model_dump())

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from node.cli.args import parse_sets
 from node.config import ConfigError, NodeConfig, load_config
 from node.metrics import progress_line, read_metrics
 from swarm.local import Child, start_bootstrap, start_node, stop_all, tail_lines
@@ -37,7 +38,7 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
     threads = max(1, (os.cpu_count() or 2) // args.nodes)
     plan, names = [], set()
     for i, path in enumerate(configs):
-        base = load_config(path, {"rounds": args.rounds} if args.rounds else None)
+        base = load_config(path, {"rounds": args.rounds} if args.rounds is not None else None)
         shared = configs.count(path) > 1
         name = f"{base.name}-{i}" if shared or base.name in names else base.name
         names.add(name)
@@ -51,15 +52,13 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
             sets.append(f"torch_threads={threads}")
         extra = [a for s in sets + user_sets for a in ("--set", s)]
         cfg = load_config(path, _as_overrides(sets + user_sets, args.rounds))
-        plan.append((name, path, cfg, extra + (["--rounds", str(args.rounds)] if args.rounds else [])))
+        plan.append((name, path, cfg, extra + (["--rounds", str(args.rounds)] if args.rounds is not None else [])))
     return plan
 
 
 def _as_overrides(sets: list[str], rounds: int | None) -> dict[str, Any]:
-    import yaml
-
-    out = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in sets)}
-    if rounds:
+    out = parse_sets(sets)
+    if rounds is not None:
         out["rounds"] = rounds
     return out
 

@@ -61,7 +61,8 @@ class SelectConfig(BaseModel):
 
 
 class IngestConfig(BaseModel):
-    """Which peers' records are fresh enough to learn from: by age in swarm time, never by round."""
+    """Which peers' records are fresh and small enough to learn from: by age in swarm time (never by
+    round), and within this node's own work bounds."""
 
     model_config = ConfigDict(extra="forbid")
     max_age_s: float = Field(
@@ -72,3 +73,9 @@ class IngestConfig(BaseModel):
         120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."
     )
     min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")
+    max_completion_tokens: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="Drop a peer's record when a completion is longer than this many of the sender's "
+        "tokens, or (another tokenizer) 4× this many in our re-tokenisation; null = this node's own "
+        "generation.max_new_tokens.",
+    )
