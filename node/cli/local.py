@@ -242,7 +242,7 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None)
             f"{_fmt(_mean([m['reward_mean'] for m in rows[:k]]))} → {_fmt(_mean([m['reward_mean'] for m in rows[-k:]]))}",
             f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
-    Console(width=max(110, Console().width)).print(table)
+    Console(width=max(170, Console().width)).print(table)
     if dirs:
         from node.cli.plot import plot_runs
 
