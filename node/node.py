@@ -68,6 +68,7 @@ class Node:
         self.eval_before: float | None = None  # held-out accuracy before round 0
         self.last_eval: EvalResult | None = None  # the newest held-out evaluation
         self.eval_before_se: float | None = None
+        self.eval_before_items: EvalResult | None = None  # per item, for paired before/after comparisons
         if cfg.checkpoint.resume:
             self._resume()
             if self.federated is not None:  # FedProx's θ_round: the restored adapter

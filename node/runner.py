@@ -32,6 +32,7 @@ def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
         before = node.evaluate_items()
         node.eval_before, node.eval_before_se = before.accuracy, before.se
+        node.eval_before_items = before
     for round_ in range(node.next_round, rounds):
         if problem := watch.problem():
             raise TransportDied(problem)
