@@ -83,16 +83,24 @@ def _drain_to(proc: subprocess.Popen, log: Path) -> None:
 
 
 def start_node(name: str, config: str, out_dir: Path, extra_args: list[str], env: dict | None = None,
-               niceness: int = 0) -> Child:
+               niceness: int = 0, cpus: set[int] | None = None) -> Child:
     """Start `swarm node --config … --out out_dir …`, stdout and stderr into out_dir/node.log
-    (`niceness` > 0: at a lower CPU priority, e.g. a slow peer that must not steal a fast one's CPU)."""
+    (`niceness` > 0: at a lower CPU priority; `cpus`: pinned to these CPU cores, with every process
+    it starts — e.g. a slow peer that must not take a fast one's CPU, as if on other hardware)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "node.log"
     cmd = _python_cli() + ["node", "--config", config, "--out", str(out_dir)] + extra_args
+
+    def setup() -> None:  # in the child, before exec: inherited by the DHT process and p2pd it starts
+        if niceness:
+            os.nice(niceness)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     with open(log, "ab") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **(env or {})},
-                                preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+                                preexec_fn=setup if niceness or cpus else None)
     return Child(name, proc, log)
 
 
