@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from node.federated.round import run_federated_round
+from node.heterorl.learner import run_learner_round
+from node.heterorl.sampler import run_sampler_round
 from node.round.loop import run_round
 
 if TYPE_CHECKING:
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
 ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
     "sapo": run_round,  # sample, share, train (node.round.loop)
     "federated": run_federated_round,  # private rounds, public steps, adapter averaging
+    "sampler": run_sampler_round,  # HeteroRL: generate with a learner's weights, publish, never train
+    "learner": run_learner_round,  # HeteroRL: train on samplers' rollouts, broadcast weights
 }
 
 

@@ -139,6 +139,25 @@ class HivemindTransport:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def run_on_loop(self, coro, timeout: float):
+        """Run `coro` on the transport's loop, where its DHT calls and p2p live, and return its result
+        (extensions on the same peer: swarm.hivemind_weights)."""
+        return self._call(coro, timeout)
+
+    def spawn(self, coro) -> None:
+        """Start background work on the loop (call it there); it is cancelled at shutdown."""
+        self._spawn(coro)
+
+    @property
+    def p2p(self):
+        """The p2p replica streams are opened and served on (set once started)."""
+        return self._p2p
+
+    @property
+    def signing_subkey(self) -> bytes:
+        """The DHT subkey our signed values are stored under: [owner:<our RSA public key>]."""
+        return self._validator.local_public_key
+
     @property
     def dht(self) -> DHT:
         """The running DHT peer (shared with swarm.averaging; its calls are process-safe, ours go through our loop)."""

@@ -134,7 +134,8 @@ def run_local(args) -> int:
     return 130 if interrupted else (1 if failed else 0)
 
 
-def _mean(xs: list[float]) -> float | None:
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
 
