@@ -5,13 +5,19 @@ It lives on a running HivemindTransport — the same identity, DHT, p2p replica 
 
     learner   publish(): keeps the bytes of its newest `keep` versions in memory, serves them on
               WEIGHTS_NAME (the bundle stream's framing: request, header, ≤ 1 MiB data frames), stores
-              the announcement under "{swarm}/weights/{own peer id}" with its owner subkey, and stores it
-              again every ttl_s / 3 so it outlives the DHT expiration while the learner lives
+              the announcement under "{swarm}/weights/{own peer id}" with its owner subkey, stores it
+              again every ttl_s / 3 so it outlives the DHT expiration while the learner lives, and pushes
+              it (NOTIFY_NAME, one ≤ 1 KiB frame) to the `notify_peers` peers it has seen most recently
+              (its samplers publish rollouts, so it sees them)
     sampler   a background task reads the followed learners' keys every poll_interval_s inside the DHT
               process (signer peer ids, ≤ 8 entries per key), runs WeightBook.offer on each, and fetches
               the chosen weights one at a time: the size is checked against the cap before the
               fetch, each frame's length before it is read, the running total against the announced
-              size, the digest at the end (swarm.wire.fetch_bundle), all under fetch_timeout_s
+              size, the digest at the end (swarm.wire.fetch_bundle), all under fetch_timeout_s; a
+              pushed announcement goes through the same rules, attributed to the stream's peer
+
+The push saves a sampler up to a poll interval per version; the DHT copy serves samplers that start
+later or missed a push.
 
 Nothing a peer sends raises out of here: failures are counted by WeightBook.
 """
@@ -33,6 +39,7 @@ from swarm.weights import WeightBook, WeightLimits, WeightUpdate, make_weight_an
 
 log = logging.getLogger(__name__)
 WEIGHTS_NAME = "/rlswarm/weights/2"  # libp2p protocol id of the weight stream
+NOTIFY_NAME = "/rlswarm/weights-notify/2"  # libp2p protocol id of a weight announcement's push
 _ENTRIES_PER_KEY = 8  # values read from one learner's key per poll (its own, plus any forgeries)
 
 
@@ -41,12 +48,13 @@ class HivemindWeights:
 
     def __init__(self, transport: HivemindTransport, *, follow: list[str] = (), fmt: str = "full",
                  limits: WeightLimits | None = None, poll_interval_s: float = 1.0, fetch_timeout_s: float = 300.0,
-                 ttl_s: float = 3600.0, keep: int = 2):
+                 ttl_s: float = 3600.0, keep: int = 2, notify_peers: int = 64):
         self.transport, self.peer_id = transport, transport.peer_id
         self.swarm_id = transport.cfg.swarm_id
         self.follow = list(follow)
         self.book = WeightBook(self.follow, fmt, limits or WeightLimits())
         self.poll_interval_s, self.fetch_timeout_s, self.ttl_s, self.keep = poll_interval_s, fetch_timeout_s, ttl_s, keep
+        self.notify_peers = notify_peers
         self._served: OrderedDict[str, bytes] = OrderedDict()  # sha256 → weight bytes, newest last
         self._announced: tuple[WeightAnnouncement, bytes] | None = None
         self.fetched_bytes = 0  # weight bytes fetched and verified (for measurements)
@@ -55,6 +63,7 @@ class HivemindWeights:
     async def _start(self) -> None:
         await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME, self._handle)
         if self.follow:
+            await self.transport.p2p.add_binary_stream_handler(NOTIFY_NAME, self._handle_notify)
             self.transport.spawn(self._poll_forever())
         self.transport.spawn(self._refresh_forever())
 
@@ -75,10 +84,29 @@ class HivemindWeights:
         return ann
 
     async def _store(self, value: bytes) -> bool:
+        for peer in self.transport.inbox.known_peers()[: self.notify_peers]:
+            self.transport.spawn(self._push(peer, value))
         fut = self.transport.dht.store(weights_key(self.swarm_id, self.peer_id), value,
                                        expiration_time=time.time() + self.ttl_s,
                                        subkey=self.transport.signing_subkey, return_future=True)
         return bool(await fut)
+
+    async def _push(self, peer: str, value: bytes) -> None:
+        writer = None
+        try:
+            async def push() -> None:
+                nonlocal writer
+                _, _, writer = await self.transport.p2p.call_binary_stream_handler(PeerID.from_base58(peer),
+                                                                                   NOTIFY_NAME)
+                await wire.write_frame(writer, value)
+            await asyncio.wait_for(push(), self.transport.cfg.fetch_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # not a sampler of ours, or gone: the DHT copy is the fallback
+            log.debug("weight push to %s failed: %r", peer[:12], exc)
+        finally:
+            if writer is not None:
+                writer.close()
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -101,6 +129,18 @@ class HivemindWeights:
             writer.close()
 
     # ------------------------------------------------------------------ sampler side
+
+    async def _handle_notify(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            value = await asyncio.wait_for(wire.read_notification(reader), self.transport.cfg.fetch_timeout_s)
+        except (asyncio.TimeoutError, ConnectionError, wire.FetchError):
+            return  # a push is only a hint: the DHT copy is read anyway
+        finally:
+            writer.close()
+        signer = info.peer_id.to_base58()
+        ann = self.book.offer(signer, signer, value, time.time())  # ignored unless we follow that peer
+        if ann is not None:
+            self.transport.spawn(self._fetch(ann))
 
     async def _poll_forever(self) -> None:
         keys = {weights_key(self.swarm_id, learner): learner for learner in self.follow}

@@ -12,8 +12,10 @@ Follower rules (every channel runs them; unit tests on the twin cover the real o
   (`bad_announcement`, `version`), in the follower's format (`format`: a full-weights sampler never loads an
   adapter), within the size cap (`too_large`) and not from the future beyond the clock skew (`future_timestamp`)
   — all before a byte is fetched; a value is vetted once, however often it is read;
-- it is fetched when it is newer (created_at) than what the follower holds, is fetching or has ready; a
-  learner that restarts from an older checkpoint announces a lower version with a newer time and is followed;
+- it is fetched when it is newer (created_at) than what the follower holds, is fetching or has ready, and
+  names other bytes than those it holds (the same bytes under another version only relabel them: a step
+  with a zero gradient changes the version, not the weights); a learner that restarts from an older
+  checkpoint announces a lower version with a newer time and is followed;
 - the fetched bytes must be exactly `nbytes` long and hash to `sha256` (`digest_mismatch`); a failed fetch
   (`fetch_failed`) is retried after `retry_s`, counted each time.
 Drops are counted by reason and handed out with take_drops(); nothing here raises on peer data.
@@ -57,6 +59,7 @@ class WeightUpdate:
     data: bytes
     created_at: float  # the learner's publish time
     ready_at: float  # our time when the bytes were verified
+    relabel: bool = False  # the weights we already hold, under a new version (data is empty)
 
     @property
     def latency_s(self) -> float:
@@ -127,6 +130,12 @@ class WeightBook:
                 ann = known[1]
             if ann is None or self._pending is not None or ann.created_at <= self._newest():
                 return None
+            if self._held is not None and ann.sha256 == self._held.sha256:  # the bytes we hold: nothing to fetch
+                if ann.version != self._held.version:  # a step that left the weights as they were: new label
+                    self._ready = WeightUpdate(ann.peer, ann.version, ann.sha256, ann.format, b"", ann.created_at,
+                                               now, relabel=True)
+                self._held = ann
+                return None
             failed = self._failed.get((ann.sha256, ann.created_at))  # a re-announcement is tried at once
             if failed is not None and now - failed < self.limits.retry_s:
                 return None
@@ -158,7 +167,7 @@ class WeightBook:
         """File the outcome of fetching `ann` (data None: failed with `reason`). True when the bytes are ready."""
         now = time.time() if now is None else now
         with self._lock:
-            if self._pending is ann:
+            if self._pending == ann:
                 self._pending = None
             if data is not None and (len(data) != ann.nbytes or sha256_hex(data) != ann.sha256):
                 data, reason = None, "digest_mismatch"

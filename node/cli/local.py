@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from node.config import ConfigError, NodeConfig, load_config
+from node.heterorl.local import role_sets
 from node.metrics import progress_line, read_metrics
 from swarm.local import Child, start_bootstrap, start_node, stop_all, tail_lines
 
@@ -24,20 +25,33 @@ from swarm.local import Child, start_bootstrap, start_node, stop_all, tail_lines
 def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
     """(name, config path, resolved config, extra CLI args) per node; validates every config first."""
     configs = list(args.config)
-    if args.nodes < 1:
+    samplers = getattr(args, "samplers", None)
+    if samplers is not None:  # HeteroRL: node 0 learns, nodes 1..K sample (node.heterorl.local)
+        if samplers < 1 or len(configs) != 1:
+            raise ConfigError("--samplers takes K ≥ 1 and one --config, shared by the learner and its samplers")
+        configs = configs * (1 + samplers)
+    elif args.nodes < 1:
         raise ConfigError("--nodes must be at least 1")
-    if len(configs) == 1:
+    elif len(configs) == 1:
         configs = configs * args.nodes
     elif len(configs) != args.nodes:
         raise ConfigError(f"--config takes one file or one per node: got {len(configs)} for --nodes {args.nodes}")
     user_sets = list(args.set or [])
-    threads = max(1, (os.cpu_count() or 2) // args.nodes)
-    plan, names = [], set()
+    threads = max(1, (os.cpu_count() or 2) // len(configs))
+    bases, names, roles = [], [], []
     for i, path in enumerate(configs):
         base = load_config(path, {"rounds": args.rounds} if args.rounds else None)
+        role = base.role if samplers is None else ("learner" if i == 0 else "sampler")
+        name = f"{base.name}-{i}" if configs.count(path) > 1 or base.name in names else base.name
+        if samplers is not None:
+            name = f"{base.name}-learner" if i == 0 else f"{base.name}-sampler-{i}"
+        bases.append(base)
+        names.append(name)
+        roles.append(role)
+    hetero = role_sets(roles, names, bases, Path(args.out)) if set(roles) != {"full"} else [[] for _ in configs]
+    plan = []
+    for i, (path, base, name) in enumerate(zip(configs, bases, names)):
         shared = configs.count(path) > 1
-        name = f"{base.name}-{i}" if shared or base.name in names else base.name
-        names.add(name)
         sets = [f"name={name}", "swarm.enabled=true", "metrics.console=false",
                 f"swarm.start_with_peers={len(configs) - 1}"]  # start together; no lockstep after that
         if shared:
@@ -46,6 +60,7 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
             sets += [f"federated.split.client={i}", f"federated.split.clients={args.nodes}"]
         if base.torch_threads is None:
             sets.append(f"torch_threads={threads}")
+        sets += hetero[i]
         extra = [a for s in sets + user_sets for a in ("--set", s)]
         cfg = load_config(path, _as_overrides(sets + user_sets, args.rounds))
         plan.append((name, path, cfg, extra + (["--rounds", str(args.rounds)] if args.rounds else [])))

@@ -2,6 +2,7 @@
 
   swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ...] [--set k=v ...]
   swarm local --nodes N --config FILE [--rounds N] [--out DIR]
+  swarm local --samplers K --config FILE [--rounds N] [--out DIR]     (HeteroRL: a learner + K samplers)
   swarm bootstrap [--host-maddrs ...] [--identity FILE]
   swarm models list | fetch NAME
   swarm eval --config FILE [--checkpoint DIR]
@@ -189,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--nodes", type=int, default=2)
     lo.add_argument("--config", required=True, nargs="+",
                     help="one config for all nodes, or one per node")
+    lo.add_argument("--samplers", type=int, metavar="K",
+                    help="HeteroRL: one learner and K samplers that follow it, all from the one --config "
+                         "(instead of --nodes)")
     lo.add_argument("--rounds", type=int)
     lo.add_argument("--out", default="runs/local")
     lo.add_argument("--set", action="append", metavar="KEY=VALUE")

@@ -58,10 +58,10 @@ def check_role(role: Role, cfg) -> None:
     """Cross-section rules of a node config with this role (NodeConfig validator); ValueError names the field."""
     if role != "full" and cfg.federated is not None:
         raise ValueError(f"role {role} cannot run federated mode (set federated: null)")
-    if role != "learner":
+    if role == "full":  # a sampler ignores them, so one config can serve a learner and its samplers
         if cfg.ingest.max_delay_steps is not None:
-            raise ValueError("ingest.max_delay_steps applies to role learner only")
+            raise ValueError("ingest.max_delay_steps applies to role learner only (set role)")
         if cfg.ingest.delay.kind != "none":
-            raise ValueError("ingest.delay applies to role learner only")
+            raise ValueError("ingest.delay applies to role learner only (set role)")
     if role == "sampler" and "max_fetches_per_window" not in cfg.swarm.model_fields_set:
         cfg.swarm.max_fetches_per_window = 0  # a sampler never trains: it fetches no peer's rollouts

@@ -68,7 +68,8 @@ class SamplerState:
         out: dict[str, Any] = {"weights_loaded": False}
         if update is not None:
             try:
-                apply_weights(node.model, update.data, update.format)
+                if not update.relabel:  # relabel: the weights we hold, under the learner's new version
+                    apply_weights(node.model, update.data, update.format)
             except WeightsRejected as exc:
                 self.drops[exc.reason] += 1
                 log.warning("weights v%d from %s rejected: %s", update.version, update.learner[:12], exc)

@@ -8,6 +8,8 @@ learner restarted from its checkpoint is followed again.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from node.config import parse_config
@@ -20,11 +22,18 @@ LEARNER = "QmLearner" + "x" * 30
 SAMPLERS = ["QmSamplerA" + "y" * 30, "QmSamplerB" + "z" * 30]
 
 
-def _config(name: str, seed: int, role: str, **extra) -> dict:
+ROOT = Path(__file__).resolve().parents[2]
+# a random model answers no sum right; a reward it can earn gives nonzero advantages, so every step
+# changes the weights (a zero-gradient step only relabels them: test_heterorl_parts)
+REWARD = "def parity(prompts, completions, **kwargs):\n    return [float(len(c) % 2) for c in completions]\n"
+
+
+def _config(tmp: Path, name: str, seed: int, role: str, **extra) -> dict:
+    (tmp / "reward.py").write_text(REWARD)
     cfg = {
         "name": name, "seed": seed, "rounds": 100, "torch_threads": 1, "role": role,
         "model": {"spec": "tiny-qwen2"},
-        "tasks": {"datasets": [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
+        "tasks": {"datasets": [{"file": str(ROOT / "examples/byo/arithmetic.jsonl"), "reward": f"{tmp}/reward.py:parity"}],
                   "system_prompt": None, "eval_size": 0, "seed": seed},
         "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
         "select": {"local_groups": 0, "external_groups": 4, "drop_zero_advantage": False},
@@ -40,7 +49,7 @@ def _config(name: str, seed: int, role: str, **extra) -> dict:
 
 
 def _node(hub, tmp_path, name, peer, seed, role, **extra) -> Node:
-    return Node(parse_config(_config(name, seed, role, **extra)), tmp_path / name,
+    return Node(parse_config(_config(tmp_path, name, seed, role, **extra)), tmp_path / name,
                 transport=InMemoryTransport(hub, peer, poll_interval_s=0.01))
 
 
