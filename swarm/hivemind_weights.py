@@ -62,10 +62,12 @@ class HivemindWeights:
 
     async def _start(self) -> None:
         await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME, self._handle)
+        self._handlers = [WEIGHTS_NAME]
+        self._background = [self.transport.spawn(self._refresh_forever())]
         if self.follow:
             await self.transport.p2p.add_binary_stream_handler(NOTIFY_NAME, self._handle_notify)
-            self.transport.spawn(self._poll_forever())
-        self.transport.spawn(self._refresh_forever())
+            self._handlers.append(NOTIFY_NAME)
+            self._background.append(self.transport.spawn(self._poll_forever()))
 
     # ------------------------------------------------------------------ learner side
 
@@ -192,4 +194,15 @@ class HivemindWeights:
         return self.book.take_drops()
 
     def close(self) -> None:
-        """Nothing to do: the transport's shutdown cancels the poller and closes the p2p replica."""
+        """Stop polling and serving on the transport (which goes on running); its shutdown does it too."""
+        try:
+            self.transport.run_on_loop(self._stop(), self.transport.cfg.dht_timeout_s)
+        except Exception as exc:  # the transport is already gone: nothing is left to stop
+            log.debug("closing the weight channel: %r", exc)
+
+    async def _stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for name in self._handlers:
+            await self.transport.p2p.remove_binary_stream_handler(name)
