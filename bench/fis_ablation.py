@@ -173,15 +173,21 @@ def variance_vs_gap(base, tok, source, args) -> list[dict]:
 
 
 def plot(stab: dict, points: list[dict], path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    """A's gradient norms and losses (when run) and B's variance against σ."""
+    if not stab:
+        fig, ax = plt.subplots(1, 1, figsize=(6.5, 4.2))
+        axes = [None, None, ax]
+    else:
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for name, res in stab.items():
         st = [s for s in res["steps"] if s["stepped"]]
         axes[0].plot([s["step"] for s in st], [s["grad_norm"] for s in st], marker="o", label=name)
         axes[1].plot([s["step"] for s in st], [s["loss"] for s in st], marker="o", label=name)
-    axes[0].set(title="A. pre-clip gradient norm per step", xlabel="step", ylabel="‖g‖", yscale="log")
-    axes[1].set(title="A. loss per step", xlabel="step", ylabel="loss")
-    for ax in axes[:2]:
-        ax.legend()
+    if stab:
+        axes[0].set(title="A. pre-clip gradient norm per step", xlabel="step", ylabel="‖g‖", yscale="log")
+        axes[1].set(title="A. loss per step", xlabel="step", ylabel="loss")
+        for ax in axes[:2]:
+            ax.legend()
     pts = [p for p in points if p["sigma"] is not None]
     sig = [p["sigma"] for p in pts]
     axes[2].plot(sig, [max(p["token_is_var"], 1e-6) for p in pts], marker="o", label="token IS (grpo)")
@@ -241,7 +247,7 @@ def main() -> None:
                              "seq_is_max", "gepo_max", "reward_mean"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     png = RESULTS / f"fis_ablation{args.tag}.png"
-    if stab and points:
+    if points:
         plot(stab, points, png)
     path = write_json(f"fis_ablation{args.tag}", {"args": vars(args), "learner": LEARNER, "stability_summary": summary,
                                                   "stability": stab, "variance_vs_gap": points,

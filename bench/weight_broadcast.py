@@ -32,7 +32,7 @@ import zstandard
 
 from bench.common import table, write_json
 from node.config import load_config
-from node.heterorl.weights import apply_weights, export_weights
+from node.heterorl.weights import apply_weights, export_weights, weights_format
 from node.models.config import LoraSpec, ModelConfig
 from node.models.load import load_model
 from swarm.bootstrap import start_bootstrap
@@ -72,18 +72,19 @@ def _nudge(model) -> None:
 
 def measure(name: str, learner_model, sampler_model, peers, args, push: bool) -> dict:
     lt, samplers = peers
+    fmt = weights_format(learner_model)
     learner = HivemindWeights(lt, notify_peers=64 if push else 0, ttl_s=600)
-    followers = [HivemindWeights(t, follow=[lt.peer_id], poll_interval_s=args.poll, fetch_timeout_s=600)
+    followers = [HivemindWeights(t, follow=[lt.peer_id], fmt=fmt, poll_interval_s=args.poll, fetch_timeout_s=600)
                  for t in samplers]
     rows = []
     for v in range(args.versions):
         _nudge(learner_model)
         data = export_weights(learner_model)
         t0 = time.perf_counter()
-        learner.publish(v, data, "lora" if hasattr(learner_model, "peft_config") else "full")
+        learner.publish(v, data, fmt)
         published = time.perf_counter() - t0
         arrived: dict[int, float] = {}
-        deadline = t0 + 300
+        deadline = t0 + 120
         while len(arrived) < len(followers) and time.perf_counter() < deadline:
             for i, f in enumerate(followers):
                 if i not in arrived and (u := f.take()) is not None and u.version == v:
@@ -92,7 +93,7 @@ def measure(name: str, learner_model, sampler_model, peers, args, push: bool) ->
         rows.append({"version": v, "publish_s": published, "first_s": min(arrived.values(), default=None),
                      "all_s": max(arrived.values()) if len(arrived) == len(followers) else None})
     t0 = time.perf_counter()
-    apply_weights(sampler_model, data, "lora" if hasattr(sampler_model, "peft_config") else "full")
+    apply_weights(sampler_model, data, fmt)
     load_s = time.perf_counter() - t0
     drops = {k: v for f in followers for k, v in f.take_drops().items()}
     for channel in [learner, *followers]:
