@@ -1,6 +1,8 @@
 """`swarm local`: a bootstrap peer + N node processes on 127.0.0.1, one combined progress view.
 
-Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). When one
+Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). With a
+learner (`--samplers K`, node.heterorl.local), the samplers run until the learner's rounds are done
+and are then stopped with the rest. When one
 config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
 ``tasks.seed=tasks.seed+i`` — its own task stream, the same held-out set (tasks.eval_seed) — so
 the nodes have different groups to exchange. The run ends with a per-node table (reward and
@@ -20,6 +22,9 @@ from node.config import ConfigError, NodeConfig, load_config
 from node.heterorl.local import role_sets
 from node.metrics import progress_line, read_metrics
 from swarm.local import Child, start_bootstrap, start_node, stop_all, tail_lines
+
+
+SAMPLER_ROUNDS = 10_000_000  # a sampler of a local learner runs until the learner is done
 
 
 def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
@@ -61,9 +66,13 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         if base.torch_threads is None:
             sets.append(f"torch_threads={threads}")
         sets += hetero[i]
+        rounds = args.rounds
+        if roles[i] == "sampler" and "learner" in roles:  # samples as long as its learner trains
+            sets.append(f"rounds={SAMPLER_ROUNDS}")
+            rounds = None
         extra = [a for s in sets + user_sets for a in ("--set", s)]
-        cfg = load_config(path, _as_overrides(sets + user_sets, args.rounds))
-        plan.append((name, path, cfg, extra + (["--rounds", str(args.rounds)] if args.rounds else [])))
+        cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
+        plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds else [])))
     return plan
 
 
@@ -126,7 +135,8 @@ def run_local(args) -> int:
         for name, path, _cfg, extra in plan:
             children.append(start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra))
             tails[name] = _Tail(out / name / "metrics.jsonl")
-        nodes = children[1:]
+        learners = [c for c, (_, _, cfg, _) in zip(children[1:], plan) if cfg.role == "learner"]
+        nodes = learners or children[1:]  # with learners, the run ends when they do (samplers are stopped)
         while True:
             for name, tail in tails.items():
                 for m in tail.new():
@@ -141,8 +151,9 @@ def run_local(args) -> int:
         interrupted = True
         print("\ninterrupted: stopping every node (checkpoints are kept)", flush=True)
     finally:
+        stopped = {c.name for c in children if c.poll() is None}  # still running: stopped by us, not failed
         stop_all(children)
-    failed = [c for c in children[1:] if c.returncode not in (0, None) and not interrupted]
+    failed = [c for c in children[1:] if c.returncode not in (0, None) and c.name not in stopped and not interrupted]
     for c in failed:
         print(f"node {c.name} exited with code {c.returncode}; last lines of {c.log}:\n{tail_lines(c.log, 8)}")
     summarize(out, [name for name, *_ in plan])

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from node.cli.local import _node_plan
+from node.cli.local import SAMPLER_ROUNDS, _node_plan
 from node.config import ConfigError
 from swarm.identity import load_or_create_identity, peer_id_of_key
 
@@ -30,8 +30,11 @@ def test_samplers_follow_the_learner_of_the_plan(tmp_path):
     assert all(c.eval.every == 0 and c.swarm.max_fetches_per_window == 0 for c in cfgs[1:])
     assert len({c.tasks.seed for c in cfgs}) == 3  # every node its own task stream
     assert all(c.swarm.start_with_peers == 2 for c in cfgs)
-    again = _node_plan(_args(tmp_path))  # a second start (a resume) keeps the learner's identity
+    again = _node_plan(_args(tmp_path, rounds=5))  # a second start (a resume) keeps the learner's identity
     assert again[1][2].heterorl.follow == [learner_id]
+    # --rounds bounds the learner; its samplers run until it is done (swarm local then stops them)
+    assert [c.rounds for _, _, c, _ in again] == [5, SAMPLER_ROUNDS, SAMPLER_ROUNDS]
+    assert "--rounds" in again[0][3] and "--rounds" not in again[1][3]
 
 
 def test_samplers_need_one_config_and_a_learner(tmp_path):
