@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from node.federated.round import run_federated_round
 from node.heterorl.learner import run_learner_round
 from node.heterorl.sampler import run_sampler_round
+from node.heterorl.state import role_state
 from node.round.loop import run_round
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     """Run rounds start..rounds-1 (resuming after the last checkpointed round)."""
     round_fn = ROUND_FUNCTIONS[node.mode]
+    if node.cfg.role != "full":
+        role_state(node)  # a sampler or learner without a swarm stops here, before any work
     meet_peers(node)
     out = []
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:

@@ -25,6 +25,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from node.generation.base import GenerationResult
+from node.heterorl.state import role_state
 from node.round.ingest import ingest
 from node.round.report import RoundOutcome, finish_round
 from node.round.steps import Gathered, train, verify
@@ -39,7 +40,7 @@ _SLICE_S = 0.5  # longest single wait inside a gather: a held record's release i
 
 def run_learner_round(node: Node, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    st: LearnerState = node.hetero
+    st: LearnerState = role_state(node)
     extra: dict[str, Any] = st.publish(node) if st.publish_due(node) else {}  # 1
     g = node.cfg.generation
     local, gen = [], GenerationResult([], 0.0, 0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from node.heterorl.state import role_state
 from node.round.report import RoundOutcome, finish_round
 from node.round.select import Selection
 from node.round.steps import Gathered, publish, verify
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 
 def run_sampler_round(node: Node, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    extra = node.hetero.follow(node)  # 1
-    return sample_round(node, round_, started, extra, node.hetero.take_drops())
+    state = role_state(node)
+    extra = state.follow(node)  # 1
+    return sample_round(node, round_, started, extra, state.take_drops())
 
 
 def sample_round(node: Node, round_: int, started: float, extra: dict[str, Any],

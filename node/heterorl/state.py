@@ -44,13 +44,19 @@ def open_channel(node: Node, follow: list[str]):
 
 
 def build_role_state(node: Node):
-    """SamplerState / LearnerState for the node's role, None for role full."""
+    """SamplerState / LearnerState for the node's role; None for role full, or without a swarm (`swarm eval`
+    builds a node that runs no round; a round then raises through `role_state`)."""
     role = node.cfg.role
-    if role == "full":
+    if role == "full" or node.transport is None:
         return None
-    if node.transport is None:
-        raise ConfigError(f"role {role} needs a swarm: set swarm.enabled or pass --initial-peers")
     return SamplerState(node) if role == "sampler" else LearnerState(node)
+
+
+def role_state(node: Node):
+    """The node's role state, or ConfigError (one line, exit 2) when it has none: no swarm to work in."""
+    if node.hetero is None:
+        raise ConfigError(f"role {node.cfg.role} needs a swarm: set swarm.enabled or pass --initial-peers")
+    return node.hetero
 
 
 class SamplerState:

@@ -133,3 +133,16 @@ def test_learner_and_two_samplers(bootstrap, tmp_path):
         rows = _wait(out, child, lambda r: any(m["time"] > restarted_at and m["weights_loaded"]
                                                and m["weights_version"] > held[out] for m in r), 200,
                      "the restarted learner's next version")
+
+
+def test_a_learner_without_a_swarm_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "--config", "examples/heterorl/lab.yaml",
+                          "--rounds", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: role learner needs a swarm: set swarm.enabled or pass --initial-peers"]
+    assert "Traceback" not in out.stderr
