@@ -44,7 +44,13 @@ B, G, T = 8, 8, 24  # one lab round: 8 prompts × 8 completions × ~24 tokens
 # ---------------------------------------------------------------- worker (one process, k peers)
 
 def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str):
-    from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+    from protocols.records import (
+        Completion,
+        ModelInfo,
+        RolloutRecord,
+        SamplingInfo,
+        TaskRef,
+    )
 
     def completion() -> Completion:
         ids = tuple(rng.randrange(1, 4000) for _ in range(T))

@@ -1,39 +1,64 @@
-"""Reproduce the learning test's measurement: does RL on the lab model raise its accuracy?
+"""Does RL on the lab model raise its held-out accuracy? Trained vs frozen, same task stream, paired.
 
-    python -m bench.learning_margin 0 1 2 3            # seeds as arguments, one JSON line each
-    python -m bench.learning_margin 0 --rounds 20 --set train.lr=3e-5 --trace
+    python -m bench.learning_margin 0 1 2 3 4 5 6 7          # seeds; one JSON line per seed + a summary
+    python -m bench.learning_margin 0 --rounds 20 --set train.lr=2e-4 --trace
 
-For each seed, one node of examples/lab-solo.yaml (or --config) runs `--rounds` rounds and we
-report, all on the lab model's own task:
+For each seed, one node of examples/lab-solo.yaml (or --config) runs `--rounds` rounds twice with one
+torch thread, through the project's own round code (node.runner.run):
 
-  before / after   held-out accuracy (tasks.eval_size items, one sample each at the config's
-                   temperature) of the warm start and of the final policy — the same items, so
-                   `gain = after − before` is what the learning test asserts on
-  early / late     mean rollout accuracy of rounds 0–4 and of the last 5 rounds (fresh items
-                   each round, B·G completions per round): the same trend, measured in-loop
-  greedy_*         optional (--greedy): held-out greedy accuracy before/after, for sharpening
+  trained   the config as written
+  frozen    the same with train.lr = 0 (the control): the same seed, so the same task stream, the same
+            held-out items and the same generation settings; only the weights never move
 
-Binomial noise of one accuracy on n items at p: √(p(1−p)/n); the spread across seeds printed in
-the summary line is the number a margin must be judged against. --trace prints every round's
-accuracy, grad norm, kl_beh (μ vs π_θ, ≈ 0 on-policy) and completion length to stderr.
+Held-out measure (node.evaluate_items): tasks.eval_size items from the held-out block of the task
+streams (never trained on), eval.samples completions each at the generation temperature, an item
+scoring the fraction of fully correct completions. `before` is the evaluation before round 0 and
+`after` the one after the last round, on the same items, so each item gives a paired difference
+d_i = after_i − before_i:
+
+  gain = mean(d),  se = stdev(d) / √N        (per run; the frozen gain is pure sampling noise)
+  effect = gain(trained) − gain(frozen)       (per seed: what training adds on the same stream)
+
+The summary line gives the effect's mean over seeds, its standard deviation and a 95 % t-interval
+(Student t, n − 1 degrees of freedom): the number a learning claim or a test margin rests on.
+--trace prints every round's rollout accuracy, reward, grad norm and completion length to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
 import time
 
-import torch
-
 from node.config import load_config
 from node.node import Node
 from node.runner import run
 
-EARLY, LATE = 5, 5  # rounds averaged at each end of the in-loop trend
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 19: 2.093, 24: 2.064, 29: 2.045}
+
+
+def t95(df: int) -> float:
+    """Two-sided 95 % Student t quantile (table; ≥ 30 degrees of freedom: 1.96 + a small correction)."""
+    if df in T95:
+        return T95[df]
+    below = [k for k in T95 if k < df]
+    return T95[max(below)] if df < 30 else 1.96 + 2.4 / df
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, standard deviation and 95 % t-interval of per-seed values."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"n": n, "mean": mean}
+    sd = statistics.stdev(values)
+    half = t95(n - 1) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "ci95": [mean - half, mean + half], "min": min(values)}
 
 
 def parse_value(text: str):
@@ -49,48 +74,38 @@ def parse_value(text: str):
     return value
 
 
-def greedy_accuracy(node: Node) -> float:
-    """Held-out accuracy of the argmax policy (same items as node.evaluate())."""
-    tok = node.tokenizer
-    prompts = [node.prompt_of(t) for t in node._eval_set]
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    node.model.eval()
-    with torch.no_grad():
-        out = node.model.generate(**enc, do_sample=False, max_new_tokens=node.cfg.generation.max_new_tokens,
-                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return sum(node.tasks.score(t, x) >= 1.0 for t, x in zip(node._eval_set, texts)) / len(texts)
-
-
-def measure(seed: int, config: str, rounds: int, overrides: dict, *, greedy: bool, trace: bool) -> dict:
-    """One seed's run; returns the JSON-able result line."""
-    opts = {"seed": seed, "tasks.seed": seed, "rounds": rounds, "eval.every": rounds,
+def run_once(seed: int, config: str, rounds: int, overrides: dict, *, trace: bool = False) -> dict:
+    """One node run; held-out accuracy before and after with the paired gain and its standard error."""
+    opts = {"seed": seed, "tasks.seed": seed, "rounds": rounds, "eval.every": rounds, "eval.at_start": True,
             "metrics.console": False, "checkpoint.every": rounds, "torch_threads": 1, **overrides}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as out_dir:
         node = Node(load_config(config, opts), out_dir)
         try:
-            greedy_before = greedy_accuracy(node) if greedy else None
             rows = run(node, rounds)
-            greedy_after = greedy_accuracy(node) if greedy else None
+            before, after = node.eval_before_items.per_item, node.last_eval.per_item
         finally:
             node.close()
     if trace:
         for m in rows:
-            print(f"seed {seed} round {m['round']:3d} acc {m['accuracy']:.3f} "
-                  f"grad {m.get('grad_norm', float('nan')):.3f} kl_beh {m.get('kl_beh', float('nan')):.2e} "
-                  f"len {m['completion_len_mean']:.1f} groups {m['groups_local']}", file=sys.stderr)
-    after = rows[-1]["eval_accuracy"]
-    early = statistics.fmean(m["accuracy"] for m in rows[:EARLY])
-    late = statistics.fmean(m["accuracy"] for m in rows[-LATE:])
-    out = {"seed": seed, "rounds": rounds, "before": node.eval_before, "after": after,
-           "gain": after - node.eval_before, "early": early, "late": late,
-           "late_minus_before": late - node.eval_before,
-           "eval_items": len(node._eval_set), "seconds": round(time.perf_counter() - started, 1),
-           "overrides": overrides}
-    if greedy:
-        out.update(greedy_before=greedy_before, greedy_after=greedy_after)
-    return out
+            print(f"seed {seed} lr {opts.get('train.lr', 'cfg')} round {m['round']:3d} acc {m['accuracy']:.3f} "
+                  f"reward {m['reward_mean']:.3f} grad {m.get('grad_norm', float('nan')):.3f} "
+                  f"len {m['completion_len_mean']:.1f}", file=sys.stderr)
+    d = [a - b for a, b in zip(after, before)]
+    return {"before": statistics.fmean(before), "after": statistics.fmean(after), "gain": statistics.fmean(d),
+            "se": statistics.stdev(d) / math.sqrt(len(d)), "items": len(d),
+            "rollout_first": statistics.fmean(m["accuracy"] for m in rows[:5]),
+            "rollout_last": statistics.fmean(m["accuracy"] for m in rows[-5:]),
+            "round_s": statistics.median(m["round_s"] for m in rows), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def measure(seed: int, config: str, rounds: int, overrides: dict, *, trace: bool = False) -> dict:
+    """Trained and frozen (train.lr = 0) runs of one seed on the same task stream."""
+    trained = run_once(seed, config, rounds, overrides, trace=trace)
+    frozen = run_once(seed, config, rounds, {**overrides, "train.lr": 0.0}, trace=trace)
+    return {"seed": seed, "rounds": rounds, "config": config, "overrides": overrides,
+            "trained": trained, "frozen": frozen, "effect": trained["gain"] - frozen["gain"],
+            "effect_se": math.hypot(trained["se"], frozen["se"])}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,8 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default="examples/lab-solo.yaml")
     ap.add_argument("--rounds", type=int, default=None, help="default: the config's `rounds`")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="dotted config override, e.g. train.lr=3e-5 (repeatable)")
-    ap.add_argument("--greedy", action="store_true", help="also measure held-out greedy accuracy")
+                    help="dotted config override, e.g. train.lr=2e-4 (repeatable)")
     ap.add_argument("--trace", action="store_true", help="per-round metrics to stderr")
     args = ap.parse_args(argv)
     overrides = {}
@@ -110,14 +124,20 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--set needs KEY=VALUE, got {item!r}")
         overrides[key] = parse_value(value)
     rounds = args.rounds or load_config(args.config).rounds
-    gains = []
+    results = []
     for seed in args.seeds:
-        result = measure(seed, args.config, rounds, overrides, greedy=args.greedy, trace=args.trace)
-        gains.append(result["gain"])
+        result = measure(seed, args.config, rounds, overrides, trace=args.trace)
+        results.append(result)
+        t, f = result["trained"], result["frozen"]
         print(json.dumps(result), flush=True)
-    if len(gains) > 1:
-        print(json.dumps({"summary": True, "seeds": args.seeds, "gain_mean": statistics.fmean(gains),
-                          "gain_std": statistics.stdev(gains), "gain_min": min(gains)}), flush=True)
+        print(f"seed {seed}: trained {t['before']:.3f} → {t['after']:.3f} ({t['gain']:+.3f} ± {t['se']:.3f}), "
+              f"frozen {f['before']:.3f} → {f['after']:.3f} ({f['gain']:+.3f} ± {f['se']:.3f}), "
+              f"effect {result['effect']:+.3f}", file=sys.stderr, flush=True)
+    summary = {"summary": True, "seeds": args.seeds, "rounds": rounds, "overrides": overrides,
+               "effect": interval([r["effect"] for r in results]),
+               "trained_gain": interval([r["trained"]["gain"] for r in results]),
+               "frozen_gain": interval([r["frozen"]["gain"] for r in results])}
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,15 @@ transport (swarm.memory: the same receive rules and fan-in as the real one), eac
 thread — so runs are reproducible and the only thing that differs between configurations is I/J.
 A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
 
-Reported per configuration (mean over seeds, 95 % t-interval across seeds):
+Reported per configuration (mean over seeds, 95 % t-interval across seeds; `*_vs_first` is the
+difference to the first split, 8/0, paired by seed — same task streams, same held-out items):
   cum_reward   Σ over rounds of the node's mean reward on its own rollouts, averaged over nodes
                (SAPO's "cumulative reward"; the sum over nodes is 4× this)
   gain         held-out accuracy after − before (tasks.eval_size items, same items), mean of nodes
 and a plot: bench/results/sapo<tag>.png.
 
     python -m bench.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
-        --update sapo= --update f-tis=loss.name=f-tis
+        --update sapo= --update "f-tis=loss={name: f-tis}"
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V,K=V",
+    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V;K=V",
                     help="an update to compare, with config overrides (default: the config's own as 'sapo')")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--tag", default="")
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     updates = {}
     for item in args.update or ["sapo="]:
         name, _, rest = item.partition("=")
-        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(",") if kv)}
+        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}
     results = []
     for update, over in updates.items():
         for split in args.splits:
@@ -143,7 +144,14 @@ def main(argv: list[str] | None = None) -> None:
                             "cum_reward_ci": cum_ci, "gain_mean": gain_m, "gain_ci": gain_ci,
                             "external_groups": statistics.fmean(sum(r["external_groups"]) for r in runs),
                             "runs": runs})
-    print(table(results, ["update", "split", "seeds", "cum_reward_mean", "cum_reward_ci", "gain_mean", "gain_ci",
+    for r in results:  # paired by seed against the update's first split (the same task streams and held-out items)
+        base = next(x for x in results if x["update"] == r["update"])
+        diffs = [a["cum_reward"] - b["cum_reward"] for a, b in zip(r["runs"], base["runs"])]
+        gdiffs = [a["gain"] - b["gain"] for a, b in zip(r["runs"], base["runs"])]
+        r["cum_vs_first"], r["cum_vs_first_ci"] = interval(diffs)
+        r["gain_vs_first"], r["gain_vs_first_ci"] = interval(gdiffs)
+    print(table(results, ["update", "split", "seeds", "cum_reward_mean", "cum_reward_ci", "cum_vs_first",
+                          "cum_vs_first_ci", "gain_mean", "gain_ci", "gain_vs_first", "gain_vs_first_ci",
                           "external_groups"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(results, RESULTS / f"sapo{args.tag}.png")

@@ -267,6 +267,8 @@ def loss_metrics(
     filtered: [B] bool rows whose advantage a filter zeroed (None: no filter).
     """
     w_mean, w_var, w_max = masked_stats(weight, weight_where)
+    ext_rows = inputs.is_external if weight_where.dim() == 1 else inputs.is_external[:, None]
+    w_external = masked_stats(weight, weight_where & ext_rows)[0]
     # KL(μ‖π_θ) per token from μ's samples: E_μ[r − 1 − log r] with r = π_θ/μ (k3 of log r)
     kl_tok = k3(view.log_ratio.detach())  # [B, T]
     external = inputs.is_external[:, None] & view.valid
@@ -274,6 +276,7 @@ def loss_metrics(
         "is_weight_mean": w_mean,
         "is_weight_var": w_var,
         "is_weight_max": w_max,
+        "is_weight_external": w_external,  # mean weight on peers' rows (0 when there are none)
         "clip_frac": _masked_mean(clipped.to(torch.float32), weight_where),
         "filtered_frac": 0.0 if filtered is None else float(filtered.to(torch.float32).mean()),
         "kl_beh": _masked_mean(kl_tok, view.valid),

@@ -36,11 +36,13 @@ class CheckpointConfig(BaseModel):
 
 
 class EvalConfig(BaseModel):
-    """Held-out accuracy: one sampled completion per held-out item (tasks.eval_size items)."""
+    """Held-out accuracy: sampled completions of the held-out items (tasks.eval_size items)."""
 
     model_config = ConfigDict(extra="forbid")
     every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every N rounds (0 = never).")
     at_start: bool = Field(True, description="Also evaluate before the first round.")
+    samples: int = Field(1, ge=1, le=64, description="Completions sampled per held-out item: the accuracy is "
+                         "their mean, its standard error is taken over items (more samples, smaller error).")
 
 
 class NodeConfig(BaseModel):
@@ -74,6 +76,9 @@ class NodeConfig(BaseModel):
             raise ValueError("federated mode averages LoRA adapters: set model.lora")
         if self.federated is not None and any(isinstance(s, FileDatasetSpec) for s in self.tasks.datasets):
             raise ValueError("federated mode splits reasoning-gym task families: tasks.datasets cannot hold files")
+        if self.federated is not None and self.train.autocast == "float16":
+            raise ValueError("train.autocast float16 is not available in federated mode (its loss scale would "
+                             "also divide the FedProx term); use bfloat16")
         check_role(self.role, self)
         return self
 

@@ -10,8 +10,11 @@ readers keep the last line per round.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -25,6 +28,23 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from node.tracking import build_trackers, scalars_of
+
+
+@dataclass
+class EvalResult:
+    """One held-out evaluation: each item's fraction of correct samples."""
+
+    per_item: list[float]
+
+    @property
+    def accuracy(self) -> float:
+        return statistics.fmean(self.per_item) if self.per_item else float("nan")
+
+    @property
+    def se(self) -> float:
+        """Standard error of the accuracy over items (std of the per-item means / √N)."""
+        n = len(self.per_item)
+        return statistics.stdev(self.per_item) / math.sqrt(n) if n > 1 else float("nan")
 
 
 class MetricsConfig(BaseModel):

@@ -20,7 +20,8 @@ from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.heterorl.state import build_role_state
-from node.metrics import MetricsLog
+from node.metrics import EvalResult, MetricsLog
+from node.models.device import place
 from node.models.load import load_model
 from node.round.reference import build_reference
 from node.round.select import SapoSelector
@@ -42,6 +43,7 @@ class Node:
 
         loaded = load_model(cfg.model)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.precision = place(self.model, cfg.train)  # train.device, autocast, gradient checkpointing
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
@@ -49,6 +51,7 @@ class Node:
         # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
         self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
         self.optimizer = build_optimizer(self.model, cfg.train)
+        self.precision.attach(self.optimizer)  # float16: skip overflowing steps, adapt the loss scale
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name
@@ -65,6 +68,9 @@ class Node:
         self.policy_version = 0
         self.next_round = 0
         self.eval_before: float | None = None  # held-out accuracy before round 0
+        self.last_eval: EvalResult | None = None  # the newest held-out evaluation
+        self.eval_before_se: float | None = None
+        self.eval_before_items: EvalResult | None = None  # per item, for paired before/after comparisons
         if cfg.checkpoint.resume:
             self._resume()
             if self.federated is not None:  # FedProx's θ_round: the restored adapter
@@ -98,13 +104,20 @@ class Node:
         return len(self._eval_set)
 
     def evaluate(self) -> float:
-        """Held-out accuracy: one sampled completion per item, fraction fully correct."""
+        """Held-out accuracy: the fraction of fully correct sampled completions (`eval.samples` per item)."""
+        return self.evaluate_items().accuracy
+
+    def evaluate_items(self) -> EvalResult:
+        """Held-out accuracy with its standard error over items (node.metrics.EvalResult)."""
         if not self._eval_set:
-            return float("nan")
+            return EvalResult([])
         prompts = [self.prompt_of(t) for t in self._eval_set]
-        result = self.generator.generate(prompts, n=1)
-        rewards = [self.tasks.score(t, g[0].text) for t, g in zip(self._eval_set, result.groups)]
-        return sum(r >= 1.0 for r in rewards) / len(rewards)
+        k = self.cfg.eval.samples
+        result = self.generator.generate(prompts, n=k)
+        per_item = [sum(s >= 1.0 for s in self.tasks.score_group(t, [c.text for c in g])) / k
+                    for t, g in zip(self._eval_set, result.groups)]
+        self.last_eval = EvalResult(per_item)
+        return self.last_eval
 
     # -- checkpoints -------------------------------------------------------------------------
     @property

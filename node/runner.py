@@ -11,6 +11,7 @@ from node.heterorl.learner import run_learner_round
 from node.heterorl.sampler import run_sampler_round
 from node.heterorl.state import role_state
 from node.round.loop import run_round
+from swarm.health import TransportDied, TransportWatch
 
 if TYPE_CHECKING:
     from node.node import Node
@@ -24,15 +25,24 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 
 
 def run(node: Node, rounds: int) -> list[dict[str, Any]]:
-    """Run rounds start..rounds-1 (resuming after the last checkpointed round)."""
+    """Run rounds start..rounds-1 (resuming after the last checkpointed round).
+
+    Before every round the transport's processes are checked (swarm.health): a node whose DHT
+    child or p2pd died stops with TransportDied instead of running rounds with no peers.
+    """
     round_fn = ROUND_FUNCTIONS[node.mode]
     if node.cfg.role != "full":
         role_state(node)  # a sampler or learner without a swarm stops here, before any work
+    watch = TransportWatch(node.transport)
     meet_peers(node)
     out = []
     if node.next_round == 0 and node.cfg.eval.at_start and node.cfg.eval.every:
-        node.eval_before = node.evaluate()
+        before = node.evaluate_items()
+        node.eval_before, node.eval_before_se = before.accuracy, before.se
+        node.eval_before_items = before
     for round_ in range(node.next_round, rounds):
+        if problem := watch.problem():
+            raise TransportDied(problem)
         out.append(round_fn(node, round_))
         node.next_round = round_ + 1
     return out

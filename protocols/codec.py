@@ -12,7 +12,14 @@ Every limit of ``Caps`` is checked before the memory it guards is allocated:
 - strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing
   (a hit fails the bundle as ``too_large``): strings ≤ max(4 · max_text_chars, 1024) UTF-8 bytes,
   binaries ≤ 4 · max_tokens bytes; prompt and completion text are then checked in characters;
-- completions per record, tokens per completion: before the packed arrays are unpacked.
+- completions per record, tokens per completion: before the packed arrays are unpacked;
+- objects: bytes alone do not bound what they become — 5.6 KB of zstd holding 64 MiB of
+  two-character strings in nested arrays decoded to 1.5 GB of Python objects in 4.4 s — so every
+  array and map is counted as msgpack completes it (``Caps.max_objects``, derived from the
+  record and completion caps) and the parse stops at the bound (``too_large``);
+- tokens per bundle (``max_bundle_tokens``): packed ids and logprobs become Python tuples, so an
+  8 KB bundle of 256 records × 64 completions × 1000 equal tokens decoded to 1.1 GB in 3.3 s;
+  the running total is checked before each completion's arrays are unpacked (``too_large``).
 
 A bundle that fails as a whole raises ``RecordError``; inside a bundle each bad record is dropped
 on its own and counted by reason, so one malformed record never costs the others.
@@ -67,11 +74,19 @@ class Caps:
     max_completions: int = 64
     max_tokens: int = 8192
     max_text_chars: int = 1 << 20
+    max_bundle_tokens: int = 1 << 21
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Caps.{name} must be a positive int, got {value!r}")
+
+    @property
+    def max_objects(self) -> int:
+        """Array items plus map keys and values in a whole bundle: a record at every cap holds
+        about 12 per completion and 40 of its own (64 allowed), so any bundle within the record
+        and completion caps fits, and nothing else does."""
+        return 16 + self.max_records * (64 + 12 * self.max_completions)
 
 
 DEFAULT_CAPS = Caps()
@@ -149,7 +164,23 @@ def _text(d: Any, key: str, where: str, caps: Caps) -> str:
     return value
 
 
-def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps) -> Completion:
+class _TokenBudget:
+    """Tokens left for the rest of a bundle (Caps.max_bundle_tokens); spent before unpacking."""
+
+    def __init__(self, tokens: int):
+        self.left = tokens
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _BundleError("too_large", "the bundle holds more tokens than max_bundle_tokens")
+
+
+class _BundleError(RecordError):
+    """A limit of the whole bundle hit while decoding one record: the bundle fails, not the record."""
+
+
+def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps, budget: _TokenBudget | None) -> Completion:
     text = _text(d, "text", "completion", caps)
     ids_raw = _get(d, "token_ids", bytes, "completion")
     lps_raw = _get(d, "logprobs", bytes, "completion")
@@ -171,6 +202,8 @@ def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps) -> Compl
         raise RecordError("schema", "completion has no tokens")
     if len(lps_raw) // lp_dtype.itemsize != n:
         raise RecordError("length_mismatch", "token ids and logprobs differ in length")
+    if budget is not None:
+        budget.spend(n)
     ids = np.frombuffer(ids_raw, dtype=id_dtype)
     lps = np.frombuffer(lps_raw, dtype=lp_dtype).astype(np.float32)
     if int(ids.max()) >= vocab_size:
@@ -181,7 +214,7 @@ def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps) -> Compl
                       None if claimed is None else float(claimed))
 
 
-def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
+def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS, budget: _TokenBudget | None = None) -> RolloutRecord:
     """Validate one decoded map into a RolloutRecord, or raise RecordError(reason)."""
     v = _get(d, "v", int, "record")
     if v != SCHEMA_VERSION:
@@ -216,17 +249,37 @@ def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS) -> RolloutRecord:
         swarm=_get(d, "swarm", str, "record"), peer=_get(d, "peer", str, "record"), round=round_,
         policy_version=version, created_at=_get(d, "created_at", float, "record"),
         model=model, sampling=sampling, task=task, prompt=_text(d, "prompt", "record", caps),
-        completions=tuple(_completion_from_wire(c, model.vocab_size, lp, caps) for c in raw), v=v)
+        completions=tuple(_completion_from_wire(c, model.vocab_size, lp, caps, budget) for c in raw), v=v)
 
 
 # ---------------------------------------------------------------- bytes
 
+class _TooManyObjects(Exception):
+    pass
+
+
 def _unpack(payload: bytes, caps: Caps) -> Any:
+    left = caps.max_objects
+
+    def items(array: list) -> list:  # msgpack calls these as each array / map is completed
+        nonlocal left
+        left -= len(array)
+        if left < 0:
+            raise _TooManyObjects
+        return array
+
+    def pairs(kvs: list) -> dict:  # every pair, duplicate keys included
+        items(kvs)
+        items(kvs)
+        return dict(kvs)
+
     try:
         return msgpack.unpackb(
-            payload, raw=False, strict_map_key=True, use_list=True,
+            payload, raw=False, strict_map_key=True, use_list=True, list_hook=items, object_pairs_hook=pairs,
             max_str_len=max(caps.max_text_chars * 4, _MIN_STR_BYTES), max_bin_len=caps.max_tokens * 4,
             max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0)
+    except _TooManyObjects:
+        raise RecordError("too_large", f"more than {caps.max_objects} msgpack objects") from None
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
         # msgpack says "<n> exceeds max_<kind>_len(<cap>)" when a length limit stops the parse
         reason = "too_large" if "exceeds max_" in str(exc) else "msgpack"
@@ -289,10 +342,12 @@ def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS) -> tuple[list[RolloutR
     raw = _get(obj, "records", list, "bundle")
     if len(raw) > caps.max_records:
         raise RecordError("too_many_records", f"{len(raw)} > {caps.max_records}")
-    records, drops = [], Counter()
+    records, drops, budget = [], Counter(), _TokenBudget(caps.max_bundle_tokens)
     for d in raw:
         try:
-            records.append(record_from_wire(d, caps))
+            records.append(record_from_wire(d, caps, budget))
+        except _BundleError:
+            raise
         except RecordError as exc:
             drops[exc.reason] += 1
     return records, drops

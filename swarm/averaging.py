@@ -53,7 +53,8 @@ class AdapterAverager:
         self.matchmaking_time_s = matchmaking_time_s
         self.allreduce_timeout_s = allreduce_timeout_s
         self.numel = sum(t.numel() for t in tensors)
-        self._buffers = [t.detach().to(torch.float32).clone().contiguous() for t in tensors]
+        # hivemind averages shared-memory CPU tensors, wherever the model lives (train.device)
+        self._buffers = [t.detach().to("cpu", torch.float32).clone().contiguous() for t in tensors]
         self._averager = DecentralizedAverager(
             self._buffers, dht, start=start, prefix=prefix, target_group_size=target_group_size,
             min_group_size=min_group_size, min_matchmaking_time=matchmaking_time_s,
@@ -68,7 +69,7 @@ class AdapterAverager:
         with torch.no_grad(), self._averager.get_tensors() as bufs:
             for buf, t in zip(bufs, tensors):
                 buf.copy_(t.detach())
-        before = [t.detach().to(torch.float32).clone() for t in tensors]
+        before = [t.detach().to("cpu", torch.float32).clone() for t in tensors]
         control = None
         try:
             control = self._averager.step(weight=float(weight), timeout=timeout, allow_retries=False, wait=False)

@@ -1,19 +1,24 @@
 """Swarm (transport) configuration: where to listen, whom to join, how long to wait, what to accept.
 
 Public swarms: the default ``host_maddrs`` listens on loopback only, which is right for
-``swarm local`` and tests but unreachable from other machines. To join or host a public swarm,
-listen on all interfaces with a fixed port and announce the address others should dial:
+``swarm local`` and tests but unreachable from other machines. A node joins a public swarm in one
+of three ways (README "Joining a public swarm"; `swarm doctor` tells which one works here):
 
-    host_maddrs:     ["/ip4/0.0.0.0/tcp/31337"]
-    announce_maddrs: ["/ip4/203.0.113.7/tcp/31337"]      # your public IP; port 0 is refused
-
-Bundles move over direct libp2p streams, so the announced address must be reachable (open the
-TCP port, or run behind a relay as hivemind documents).
+    reachable   listen on all interfaces with a fixed, open (forwarded) TCP port and announce the
+                address others should dial; it serves its bundles to whoever pulls them
+                    host_maddrs:     ["/ip4/0.0.0.0/tcp/31337"]
+                    announce_maddrs: ["/ip4/<your public IP>/tcp/31337"]   # port 0 is refused
+    client mode `client_mode: true` — behind a NAT or firewall that cannot be opened: the node
+                listens nowhere, uses the DHT as a client, pulls peers' bundles over its own
+                outbound connections and pushes its own to reachable peers (docs/PROTOCOL.md §6.3)
+    relayed     `use_auto_relay: true` — libp2p circuit relay: p2pd reserves a slot at the
+                bootstrap peers and announces addresses through them (their bandwidth carries
+                the bytes)
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from protocols.codec import DEFAULT_CAPS, Caps
 from swarm.transport import Limits
@@ -44,6 +49,8 @@ class CapsConfig(BaseModel):
                             description="generated tokens per completion")
     max_text_chars: int = Field(DEFAULT_CAPS.max_text_chars, ge=1, le=1 << 26,
                                 description="characters in any one string field (prompt, completion text)")
+    max_bundle_tokens: int = Field(DEFAULT_CAPS.max_bundle_tokens, ge=1, le=1 << 30,
+                                   description="generated tokens in one bundle, all completions together")
 
     def to_caps(self) -> Caps:
         return Caps(**self.model_dump())
@@ -63,6 +70,15 @@ class SwarmConfig(BaseModel):
                                    description="listen addresses; loopback by default (see module docstring)")
     announce_maddrs: list[str] = Field(default_factory=list, max_length=16,
                                        description="addresses advertised to peers (public IP:port behind NAT)")
+    client_mode: bool = Field(False, description="accept no inbound connections (behind NAT or a closed "
+                              "firewall): listen nowhere, use the DHT as a client, push our bundles to reachable "
+                              "peers instead of announcing them (docs/PROTOCOL.md §6.3)")
+    push_peers: int = Field(8, ge=1, le=1024, description="client mode: recently seen peers each bundle is offered "
+                            "to per publish (each takes it or declines by its own fan-in budget)")
+    use_relay: bool = Field(True, description="libp2p circuit relay transport: dial peers that announce relayed "
+                            "(/p2p-circuit) addresses")
+    use_auto_relay: bool = Field(False, description="behind NAT without client mode: reserve a slot at the "
+                                 "bootstrap peers (libp2p circuit relay v2) and announce addresses through them")
     identity_path: str | None = Field(None, description="RSA identity file (created if missing): a stable "
                                       "peer id across restarts; None uses a fresh identity per start")
     startup_timeout_s: float = Field(60.0, gt=0, le=600,
@@ -119,6 +135,16 @@ class SwarmConfig(BaseModel):
             if a.rstrip("/").endswith("/tcp/0") or "/tcp/0/" in a or "/udp/0/" in a or a.endswith("/udp/0"):
                 raise ValueError(f"{a!r}: announce an explicit port, not 0")
         return v
+
+    @model_validator(mode="after")
+    def _client_mode_listens_nowhere(self) -> SwarmConfig:
+        if self.enabled and self.client_mode and not self.initial_peers:
+            raise ValueError("client_mode joins through the initial peers it dials: set swarm.initial_peers "
+                             "(--initial-peers or --initial-peers-file)")
+        if self.client_mode and self.use_auto_relay:
+            raise ValueError("client_mode and use_auto_relay exclude each other: a client-mode node accepts no "
+                             "connections, relayed ones included")
+        return self
 
     def limits(self) -> Limits:
         """The receive limits and fan-in budget the transports enforce."""

@@ -5,7 +5,8 @@ fresh one to a private temp file that is deleted once p2pd has read it — and s
 `hivemind.DHT` with the signature validator of that key, so the DHT's peer id and the key that
 signs announcements are the same (swarm.identity). Hivemind traps handled: `DHT(start=True)`
 explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
-host), and a bootstrap failure turned into `BootstrapUnreachable` with one line.
+host), and a bootstrap failure turned into `BootstrapUnreachable` with one line. Client mode and
+relay options go to hivemind here (`network_options`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ class BootstrapUnreachable(RuntimeError):
                    "or start one with `swarm bootstrap`")
 
 
+def network_options(cfg: SwarmConfig) -> dict:
+    """hivemind DHT / p2pd options of how this peer is reached (swarm.config module docstring).
+
+    Client mode: hivemind's `client_mode` (serves no DHT requests; p2pd's DHT as a client) and
+    p2pd's `no_listen` (no listen address at all: nobody can dial us, we dial out)."""
+    opts: dict = {"use_relay": cfg.use_relay, "use_auto_relay": cfg.use_auto_relay}
+    if cfg.client_mode:
+        opts.update(client_mode=True, no_listen=True)
+    return opts
+
+
 def start_swarm_dht(cfg: SwarmConfig) -> tuple[DHT, RSAPrivateKey, RSASignatureValidator]:
     """A started DHT peer with its identity key and that key's validator (see module docstring)."""
     if cfg.identity_path is not None:
@@ -55,7 +67,7 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
                    host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
                    identity_path=identity_path, startup_timeout=cfg.startup_timeout_s,
                    bootstrap_timeout=cfg.startup_timeout_s, record_validators=[validator],
-                   check_if_identity_free=not fresh_identity)
+                   check_if_identity_free=not fresh_identity, **network_options(cfg))
     except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
         if cfg.initial_peers and ("bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))):
             raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None

@@ -5,7 +5,9 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        bytes); DHT.store(key=rollouts_key(swarm, window, our shard),
                        subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB),
                        expiration=now + max_age_s); the same announcement is pushed over
-                       swarm.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers
+                       swarm.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
+                       client mode (no listen address) the bundle is offered with its bytes to
+                       up to `push_peers` of them instead (swarm.push, over swarm.wire.PUSH_NAME)
     background poller: every poll_interval_s it reads the current window's shards (the previous
                        window's every 4th tick, and on start the windows of the last max_age_s,
                        newest first, two per tick); every (subkey, value) goes through the shared
@@ -13,6 +15,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        to fetch over swarm.wire.HANDLER_NAME
     take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
                        than `min` are ready)
+    handlers:          bundle pulls, notifications, pushed bundles (swarm.push), and our swarm id,
+                       protocol version and clock for `swarm doctor` (swarm.wire.INFO_NAME)
 
 One RSA key (swarm.identity) is both the libp2p identity and the DHT signing key, so the peer id
 a receiver derives from the signed subkey is the peer it dials for the bytes, and the `peer`
@@ -50,6 +54,7 @@ from swarm import wire
 from swarm.config import SwarmConfig
 from swarm.dht import start_swarm_dht
 from swarm.identity import peer_id_of_key, peer_id_of_subkey
+from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
 
 log = logging.getLogger(__name__)
@@ -89,6 +94,7 @@ class HivemindTransport:
         self.inbox = Inbox(self.limits)
         self.peer_id = ""
         self.publish_failures = 0  # announcements no DHT node accepted (logged each time)
+        self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
         self._catch_up: list[int] = []  # older windows still to read once, newest first
@@ -125,6 +131,8 @@ class HivemindTransport:
         self._p2p = await self._dht.replicate_p2p()
         await self._p2p.add_binary_stream_handler(wire.HANDLER_NAME, self._handle_stream)
         await self._p2p.add_binary_stream_handler(wire.NOTIFY_NAME, self._handle_notify)
+        await self._p2p.add_binary_stream_handler(wire.PUSH_NAME, self._handle_push)
+        await self._p2p.add_binary_stream_handler(wire.INFO_NAME, self._handle_info)
         self._poller = asyncio.create_task(self._poll_forever())
 
     def _call(self, coro, timeout: float):
@@ -205,6 +213,8 @@ class HivemindTransport:
             try:
                 await p2p.remove_binary_stream_handler(wire.HANDLER_NAME)
                 await p2p.remove_binary_stream_handler(wire.NOTIFY_NAME)
+                await p2p.remove_binary_stream_handler(wire.PUSH_NAME)
+                await p2p.remove_binary_stream_handler(wire.INFO_NAME)
             finally:
                 await p2p.shutdown()  # a replica: closes our client connection, not the daemon
 
@@ -236,6 +246,12 @@ class HivemindTransport:
                 del self._served[sha]
 
     async def _announce(self, ann: Announcement, value: bytes) -> bool:
+        if self.pusher is not None:  # client mode: nobody can dial us, so offer the bytes themselves
+            data = self._lookup(self.cfg.swarm_id, ann.sha256)
+            peers = self.pusher.targets(self.inbox.known_peers(), time.time())
+            if data is not None:
+                self._spawn(self.pusher.offer_all(self._p2p, peers, value, data))
+            return True
         for peer in self.inbox.known_peers()[: self.cfg.notify_peers]:
             self._spawn(self._push(peer, value))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
@@ -284,6 +300,20 @@ class HivemindTransport:
             writer.close()
         if self.inbox.offer(value, info.peer_id.to_base58(), now=time.time()):
             self._wake.set()
+
+    async def _handle_push(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await receive_push(info, reader, writer, inbox=self.inbox, swarm_id=self.cfg.swarm_id,
+                              timeout_s=self.cfg.fetch_timeout_s, slots=self._fetch_slots):
+            self._wake.set()
+
+    async def _handle_info(self, _info, _reader, writer: asyncio.StreamWriter) -> None:
+        """Our swarm id, protocol version and clock, for a peer's `swarm doctor`."""
+        try:
+            await asyncio.wait_for(wire.write_frame(writer, wire.encode_info(self.cfg.swarm_id, time.time())), 5.0)
+        except (asyncio.TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
     # ------------------------------------------------------------------ take (poll, choose, fetch)
 

@@ -28,7 +28,9 @@ Receive-side rules (identical for every transport, so unit tests on the twin cov
   (`forged`), `swarm` ours (`wrong_swarm`).
 Bundle-level reasons count one per bundle; record-level reasons one per record. Announcements
 that were valid but never fetched because the fan-in budget was spent are counted apart
-(`skipped`): that is a choice, not a fault. Nothing here ever raises on peer data.
+(`skipped`): that is a choice, not a fault. A bundle offered with its bytes by a peer that cannot
+be dialled (docs/PROTOCOL.md §6.3) goes through the same vetting and the same budget and quota
+booking (`Inbox.claim`) before a byte is read. Nothing here ever raises on peer data.
 """
 
 from __future__ import annotations
@@ -192,20 +194,44 @@ class Inbox:
     def offer(self, value: object, signer: str | None, *, now: float, key_window: int | None = None,
               key_shard: int | None = None) -> bool:
         """Vet one announcement; a valid new one becomes a fetch candidate. True when it did."""
+        return self._candidate(value, signer, now=now, key_window=key_window, key_shard=key_shard) is not None
+
+    def claim(self, value: object, signer: str, *, now: float) -> Announcement | None:
+        """A bundle offered with its bytes (a push, docs/PROTOCOL.md §6.3): vet it like `offer`, then take it
+        now if the fan-in budget and the peer's quota allow, exactly as `choose` would. None: declined (a
+        valid one the budget has no room for is counted as skipped, like a candidate that ages out)."""
+        ann = self._candidate(value, signer, now=now)
+        if ann is None:
+            return None
+        with self.cond:
+            self._expire(now)
+            queue = self._candidates.get(ann.peer, [])
+            if ann not in queue:  # already pushed out by the peer's newer candidates (counted as skipped)
+                return None
+            queue.remove(ann)
+            if not queue:
+                del self._candidates[ann.peer]
+            if self._room(now) <= 0:
+                self._skipped += 1
+                return None
+            return ann if self._reserve(ann, now) else None
+
+    def _candidate(self, value: object, signer: str | None, *, now: float, key_window: int | None = None,
+                   key_shard: int | None = None) -> Announcement | None:
         marker = ("ann", signer, value if isinstance(value, (bytes, bytearray)) else repr(value)[:256])
         with self.cond:
             if marker in self._seen:
-                return False
+                return None
             self._seen[marker] = now
         try:
             ann = vet_announcement(value, signer, self.limits, now=now, key_window=key_window, key_shard=key_shard)
         except RecordError as exc:
             self.drop(exc.reason)
-            return False
+            return None
         with self.cond:
             self._peers[ann.peer] = max(self._peers.get(ann.peer, 0.0), ann.created_at)
             if (ann.peer, ann.sha256) in self._seen or ann.count == 0:  # an empty bundle: a hello, nothing to fetch
-                return False
+                return None
             self._seen[(ann.peer, ann.sha256)] = now
             queue = self._candidates.setdefault(ann.peer, [])
             queue.append(ann)
@@ -213,7 +239,7 @@ class Inbox:
             self._skipped += len(queue[MAX_CANDIDATES_PER_PEER:])
             del queue[MAX_CANDIDATES_PER_PEER:]
             self.cond.notify_all()
-            return True
+            return ann if ann in queue else None
 
     def settle(self, ann: Announcement, records: list[RolloutRecord], drops: Counter) -> None:
         with self.cond:
@@ -247,27 +273,37 @@ class Inbox:
         """Candidates to fetch now: at most max_fetches_per_window started per window_s of wall time; the
         peer with the fewest fetches within max_age_s first (ties at random), each peer's newest first.
         Chosen ones leave the candidates."""
-        lim = self.limits
         with self.cond:
             self._expire(now)
             counts = Counter(p for _, p in self._fetch_log)  # fairness: fetches per peer within max_age_s
-            room = lim.max_fetches_per_window - sum(t > now - lim.window_s for t, _ in self._fetch_log)
+            room = self._room(now)
             chosen = []
             while room > 0 and self._candidates:
                 peer = min(self._candidates, key=lambda p: (counts[p], self.rng.random()))
                 ann = self._candidates[peer].pop(0)
                 if not self._candidates[peer]:
                     del self._candidates[peer]
-                used_n, used_b = self._quota.get((peer, ann.window), (0, 0))
-                if used_n + ann.count > lim.max_records_per_peer_window or used_b + ann.nbytes > lim.max_bytes_per_peer_window:
-                    self._drops["quota"] += 1
-                    continue
-                self._quota[(peer, ann.window)] = (used_n + ann.count, used_b + ann.nbytes)
-                self._fetch_log.append((now, peer))
-                counts[peer] += 1
-                room -= 1
-                chosen.append(ann)
+                if self._reserve(ann, now):
+                    counts[peer] += 1
+                    room -= 1
+                    chosen.append(ann)
             return chosen
+
+    def _room(self, now: float) -> int:
+        """Fetches the budget still allows in the window of wall time ending now (caller holds the lock)."""
+        lim = self.limits
+        return lim.max_fetches_per_window - sum(t > now - lim.window_s for t, _ in self._fetch_log)
+
+    def _reserve(self, ann: Announcement, now: float) -> bool:
+        """Book one fetch of `ann` against the budget and the peer's window quota (caller holds the lock)."""
+        lim = self.limits
+        used_n, used_b = self._quota.get((ann.peer, ann.window), (0, 0))
+        if used_n + ann.count > lim.max_records_per_peer_window or used_b + ann.nbytes > lim.max_bytes_per_peer_window:
+            self._drops["quota"] += 1
+            return False
+        self._quota[(ann.peer, ann.window)] = (used_n + ann.count, used_b + ann.nbytes)
+        self._fetch_log.append((now, ann.peer))
+        return True
 
     def _expire(self, now: float) -> None:
         """Forget what is older than max_age_s (candidates so dropped count as skipped)."""

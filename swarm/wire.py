@@ -5,13 +5,18 @@ id ``HANDLER_NAME`` and writes one request frame; the publisher answers with one
 and, when the status is ``ok``, the bundle bytes as data frames of at most ``MAX_CHUNK`` bytes,
 then closes the stream. A publisher pushes a fresh announcement to a peer by opening a stream
 with ``NOTIFY_NAME`` and writing it as one frame (≤ ``MAX_ANNOUNCEMENT`` bytes); the receiver
-takes the sender's identity from the authenticated stream, never from the frame.
+takes the sender's identity from the authenticated stream, never from the frame. A publisher
+that cannot be dialled (client mode) offers a bundle over ``PUSH_NAME``: the announcement frame,
+the receiver's header (``ok``: send it now, ``declined``: not now), then the data frames.
 
     frame    = u32 big-endian length ‖ payload
     request  = msgpack {"v": 2, "swarm": str, "sha256": str (64 hex)}                  ≤ 4 KiB
-    header   = msgpack {"v": 2, "status": "ok" | "not_found" | "bad_request", "nbytes": int, "sha256": str}
+    header   = msgpack {"v": 2, "status": "ok" | "not_found" | "bad_request" | "declined", "nbytes": int,
+                        "sha256": str}                                                ≤ 4 KiB
     data     = 1..MAX_CHUNK bytes each, until Σ len = nbytes
     notify   = the announcement's msgpack bytes (the DHT value), one frame           ≤ 1 KiB
+    push     = notify frame → header ← data frames → (only after "ok")
+    info     = msgpack {"v": 2, "swarm": str, "time": float} ← one frame, on INFO_NAME   ≤ 1 KiB
 
 Hazards handled here: a length prefix is checked against its limit *before* reading the payload
 (the peer controls it); the running total is checked against the announced size before each
@@ -30,6 +35,8 @@ import msgpack
 
 HANDLER_NAME = "/rlswarm/bundle/2"  # libp2p protocol id of the bundle stream handler
 NOTIFY_NAME = "/rlswarm/notify/2"  # libp2p protocol id of the announcement push
+PUSH_NAME = "/rlswarm/push/2"  # libp2p protocol id of a bundle pushed by a peer that cannot be dialled
+INFO_NAME = "/rlswarm/info/2"  # libp2p protocol id of a node's swarm id, protocol version and clock (`swarm doctor`)
 WIRE_VERSION = 2
 MAX_ANNOUNCEMENT = 1024  # an announcement is at most 1 KiB (protocols.codec.decode_announcement)
 MAX_CHUNK = 1 << 20  # one data frame; well under hivemind's 4 MiB message cap
@@ -108,10 +115,14 @@ async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         await write_frame(writer, encode_header("not_found"))
         return "not_found"
     await write_frame(writer, encode_header("ok", len(data), sha))
+    await _write_data(writer, data)
+    return "ok"
+
+
+async def _write_data(writer: asyncio.StreamWriter, data: bytes) -> None:
     view = memoryview(data)
     for offset in range(0, len(view), MAX_CHUNK):
         await write_frame(writer, bytes(view[offset:offset + MAX_CHUNK]))
-    return "ok"
 
 
 async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
@@ -129,6 +140,11 @@ async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         raise FetchError("size_mismatch", f"header says {got_nbytes} bytes, announcement {nbytes}")
     if got_sha != sha256:
         raise FetchError("digest_mismatch", "header digest differs from the announcement")
+    return await _read_data(reader, sha256=sha256, nbytes=nbytes)
+
+
+async def _read_data(reader: asyncio.StreamReader, *, sha256: str, nbytes: int) -> bytes:
+    """Data frames up to exactly `nbytes`, each prefix checked before its read, the digest at the end."""
     parts, total = [], 0
     while total < nbytes:
         chunk = await read_frame(reader, MAX_CHUNK)
@@ -145,3 +161,45 @@ async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
 async def read_notification(reader: asyncio.StreamReader) -> bytes:
     """The one announcement frame of a push (its length checked before it is read)."""
     return await read_frame(reader, MAX_ANNOUNCEMENT, "bad_announcement")
+
+
+async def push_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, announcement: bytes,
+                      data: bytes) -> str:
+    """Publisher side of a push: offer `announcement`, send `data` if the receiver answers ``ok``.
+
+    Returns the receiver's status (``ok`` once every byte is written, else e.g. ``declined``)."""
+    await write_frame(writer, announcement)
+    status, _, _ = decode_header(await read_frame(reader, MAX_CONTROL, "bad_header"))
+    if status == "ok":
+        await _write_data(writer, data)
+    return status
+
+
+async def decline_push(writer: asyncio.StreamWriter, status: str = "declined") -> None:
+    await write_frame(writer, encode_header(status))
+
+
+async def accept_push(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, sha256: str,
+                      nbytes: int) -> bytes:
+    """Receiver side, after vetting the offered announcement: ask for the bytes, return them verified
+    (the same checks as a fetch: FetchError size_mismatch | digest_mismatch | bad_frame | stream_closed)."""
+    await write_frame(writer, encode_header("ok", nbytes, sha256))
+    return await _read_data(reader, sha256=sha256, nbytes=nbytes)
+
+
+def encode_info(swarm: str, now: float) -> bytes:
+    return msgpack.packb({"v": WIRE_VERSION, "swarm": swarm, "time": float(now)})
+
+
+async def read_info(reader: asyncio.StreamReader) -> dict:
+    """A peer's info frame as {"v": int, "swarm": str, "time": float}; FetchError("bad_info") otherwise.
+    `v` is reported as sent, so that a caller can tell a peer of another protocol version."""
+    data = await read_frame(reader, MAX_ANNOUNCEMENT, "bad_info")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:
+        raise FetchError("bad_info", f"not msgpack: {exc}") from exc
+    if not (isinstance(obj, dict) and type(obj.get("v")) is int and isinstance(obj.get("swarm"), str)
+            and isinstance(obj.get("time"), (int, float))):
+        raise FetchError("bad_info", f"malformed info {obj!r:.200}")
+    return {"v": obj["v"], "swarm": obj["swarm"][:64], "time": float(obj["time"])}

@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
+import sys
+
+# (module, class): an exception of one of these classes can only exist once its module is
+# imported, so looking them up in sys.modules imports nothing (the error path stays fast).
+USER_ERRORS = (
+    ("node.config", "ConfigError"),
+    ("node.cli.lifetime", "UsageError"),
+    ("node.checkpoint", "CheckpointError"),
+    ("node.models.load", "ModelNotFound"),
+    ("node.models.device", "DeviceUnavailable"),
+    ("node.tasks.config", "DatasetError"),
+    ("node.tracking", "TrackingError"),
+    ("node.export", "ExportError"),
+    ("losses.plugin", "PluginError"),
+    ("swarm.local", "LaunchError"),
+    ("swarm.dht", "BootstrapUnreachable"),
+)
+
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from losses.plugin import PluginError
-    from node.config import ConfigError
-    from node.export import ExportError
-    from node.tasks.config import DatasetError
-    from node.tracking import TrackingError
-
-    errors: list[type[BaseException]] = [ConfigError, FileNotFoundError, PluginError, DatasetError, TrackingError,
-                                          ExportError]
-    try:
-        from node.models.load import ModelNotFound
-
-        errors.append(ModelNotFound)
-    except ImportError:
-        pass
-    try:
-        from swarm.local import LaunchError
-
-        errors.append(LaunchError)
-    except ImportError:
-        pass
-    try:
-        from swarm.dht import BootstrapUnreachable
-
-        errors.append(BootstrapUnreachable)
-    except ImportError:
-        pass
+    errors: list[type[BaseException]] = [FileNotFoundError]
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            errors.append(getattr(loaded, name))
     return tuple(errors)

@@ -2,11 +2,13 @@
 
 Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). With a
 learner (`--samplers K`, node.heterorl.local), the samplers run until the learner's rounds are done
-and are then stopped with the rest. When one
-config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
+and are then stopped (status "stopped (learner done)", not a failure). When one config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
 ``tasks.seed=tasks.seed+i`` — its own task stream, the same held-out set (tasks.eval_seed) — so
-the nodes have different groups to exchange. The run ends with a per-node table (reward and
-held-out accuracy first vs last) and ``OUT/metrics.png``.
+the nodes have different groups to exchange. With `metrics.prometheus_port` set, node i serves
+/metrics on that port + i (printed at start). A node that dies stops the run at once: its last log
+lines are printed, the other nodes stopped, the exit status is non-zero (`--restart N` restarts it
+instead, up to N times, resuming from its checkpoint). The run ends with a per-node table (how it
+ended, reward and held-out accuracy first vs last) and ``OUT/metrics.png``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from node.cli.args import parse_sets
 from node.config import ConfigError, NodeConfig, load_config
 from node.heterorl.local import role_sets
 from node.metrics import progress_line, read_metrics
@@ -45,7 +48,7 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
     threads = max(1, (os.cpu_count() or 2) // len(configs))
     bases, names, roles = [], [], []
     for i, path in enumerate(configs):
-        base = load_config(path, {"rounds": args.rounds} if args.rounds else None)
+        base = load_config(path, {"rounds": args.rounds} if args.rounds is not None else None)
         role = base.role if samplers is None else ("learner" if i == 0 else "sampler")
         name = f"{base.name}-{i}" if configs.count(path) > 1 or base.name in names else base.name
         if samplers is not None:
@@ -72,15 +75,13 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
             rounds = None
         extra = [a for s in sets + user_sets for a in ("--set", s)]
         cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
-        plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds else [])))
+        plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds is not None else [])))
     return plan
 
 
 def _as_overrides(sets: list[str], rounds: int | None) -> dict[str, Any]:
-    import yaml
-
-    out = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in sets)}
-    if rounds:
+    out = parse_sets(sets)
+    if rounds is not None:
         out["rounds"] = rounds
     return out
 
@@ -117,47 +118,98 @@ def _sigterm_as_interrupt(*_):
     raise KeyboardInterrupt
 
 
+def _ports(plan) -> list[tuple[str, str, NodeConfig, list[str]]]:
+    """Node i serves /metrics on its config's metrics.prometheus_port + i (0 stays 0: a free port each)."""
+    out = []
+    for i, (name, path, cfg, extra) in enumerate(plan):
+        port = cfg.metrics.prometheus_port
+        if port:
+            port += i
+            extra = extra + ["--set", f"metrics.prometheus_port={port}"]
+            cfg = cfg.model_copy(update={"metrics": cfg.metrics.model_copy(update={"prometheus_port": port})})
+        out.append((name, path, cfg, extra))
+    return out
+
+
 def run_local(args) -> int:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # `kill` stops the children like Ctrl-C does
-    plan = _node_plan(args)
+    plan = _ports(_node_plan(args))
     _prefetch(plan)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sw = plan[0][2].swarm
     print(f"starting a bootstrap peer and {len(plan)} nodes on 127.0.0.1; logs under {out}/<node>/node.log",
           flush=True)
+    for name, _, cfg, _ in plan:
+        if cfg.metrics.prometheus_port is not None:
+            print(f"  {name}: metrics on http://{cfg.metrics.prometheus_host}:{cfg.metrics.prometheus_port}/metrics",
+                  flush=True)
     bootstrap, maddrs = start_bootstrap(out / "bootstrap.log", startup_timeout_s=sw.startup_timeout_s,
                                         swarm_id=sw.swarm_id)
     children: list[Child] = [bootstrap]
-    tails: dict[str, _Tail] = {}
-    interrupted = False
+    status: dict[str, str] = {}
+    interrupted, failed = False, None
     try:
-        for name, path, _cfg, extra in plan:
-            children.append(start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra))
-            tails[name] = _Tail(out / name / "metrics.jsonl")
-        learners = [c for c, (_, _, cfg, _) in zip(children[1:], plan) if cfg.role == "learner"]
-        nodes = learners or children[1:]  # with learners, the run ends when they do (samplers are stopped)
-        while True:
-            for name, tail in tails.items():
-                for m in tail.new():
-                    print(progress_line(m), flush=True)
-            if all(c.poll() is not None for c in nodes):
-                break
-            time.sleep(0.5)
-        for name, tail in tails.items():  # the last lines written before exit
-            for m in tail.new():
-                print(progress_line(m), flush=True)
+        nodes = {name: start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra)
+                 for name, path, _cfg, extra in plan}
+        children += nodes.values()
+        failed = _supervise(bootstrap, nodes, plan, out, maddrs, getattr(args, "restart", 0), status, children)
+        for name, c in nodes.items():
+            if c.poll() is None:  # a sampler after its learners finished, or anything after a failure
+                status[name] = "stopped" if failed else "stopped (learner done)"
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every node (checkpoints are kept)", flush=True)
     finally:
-        stopped = {c.name for c in children if c.poll() is None}  # still running: stopped by us, not failed
         stop_all(children)
-    failed = [c for c in children[1:] if c.returncode not in (0, None) and c.name not in stopped and not interrupted]
-    for c in failed:
-        print(f"node {c.name} exited with code {c.returncode}; last lines of {c.log}:\n{tail_lines(c.log, 8)}")
-    summarize(out, [name for name, *_ in plan])
+    latest = {c.name: c for c in children[1:]}  # a restarted node: its last process
+    for name, c in latest.items():
+        status.setdefault(name, "interrupted" if interrupted else "done" if c.returncode == 0 else f"exit {c.returncode}")
+    summarize(out, [name for name, *_ in plan], status)
     return 130 if interrupted else (1 if failed else 0)
+
+
+def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddrs: list[str], restarts: int,
+               status: dict[str, str], children: list[Child]) -> str | None:
+    """Print progress until every node has exited; a node (or the bootstrap) that dies with a non-zero
+    code is restarted while `restarts` allow, else its last log lines are printed and the run stops.
+    Returns the name of what failed, or None. With learners in the plan, the run is done when they
+    are (their samplers run until then and are stopped by the caller, not counted as failures)."""
+    tails = {name: _Tail(out / name / "metrics.jsonl") for name in nodes}
+    left = dict.fromkeys(nodes, restarts)
+    args_of = {name: (path, extra) for name, path, _cfg, extra in plan}
+    ends = [name for name, _, cfg, _ in plan if cfg.role == "learner"] or list(nodes)
+    while True:
+        for tail in tails.values():
+            for m in tail.new():
+                print(progress_line(m), flush=True)
+        if bootstrap.poll() is not None:
+            print(f"the bootstrap peer exited with code {bootstrap.returncode}; last lines of {bootstrap.log}:\n"
+                  f"{tail_lines(bootstrap.log, 8)}\nstopping every node", flush=True)
+            return "bootstrap"
+        for name, child in list(nodes.items()):
+            code = child.poll()
+            if code in (None, 0):
+                continue
+            print(f"node {name} exited with code {code}; last lines of {child.log}:\n{tail_lines(child.log, 8)}",
+                  flush=True)
+            if left[name] <= 0:
+                status[name] = f"died (exit {code}), see {child.log}"
+                print(f"stopping every node ({'no restarts left' if restarts else 'swarm local --restart N restarts it'})",
+                      flush=True)
+                return name
+            left[name] -= 1
+            print(f"restarting {name} ({restarts - left[name]} of {restarts}); it resumes from its last checkpoint",
+                  flush=True)
+            path, extra = args_of[name]
+            nodes[name] = start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra)
+            children.append(nodes[name])
+        if all(nodes[name].poll() == 0 for name in ends):
+            for tail in tails.values():  # the last lines written before exit
+                for m in tail.new():
+                    print(progress_line(m), flush=True)
+            return None
+        time.sleep(0.5)
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -165,39 +217,58 @@ def _mean(xs: list[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _se(se: float | None) -> str:
+    return "" if se is None or se != se else f" ± {se:.3f}"
+
+
+def _gain(before: float | None, se_b: float | None, after: float | None, se_a: float | None) -> str:
+    """after − before and how many standard errors that is (the two evaluations' errors combined)."""
+    if before is None or after is None:
+        return "-"
+    if not se_b or not se_a or se_b != se_b or se_a != se_a:
+        return f"{after - before:+.3f}"
+    se = (se_b**2 + se_a**2) ** 0.5
+    return f"{after - before:+.3f} ({(after - before) / se:+.1f} s.e.)"
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def summarize(out: Path, names: list[str]) -> None:
-    """Per-node table (rounds, groups used, reward and held-out accuracy first vs last) + metrics.png."""
+def summarize(out: Path, names: list[str], status: dict[str, str] | None = None) -> None:
+    """Per-node table (how it ended, rounds, groups used, reward first vs last fifth, held-out accuracy
+    before → after with standard errors, and the gain in standard errors) + metrics.png."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"swarm local · {out}")
-    for col in ("node", "rounds", "own groups", "peer groups", "peers", "reward first→last",
-                "held-out acc first→last"):
+    status = status or {}
+    for col in ("node", "status", "rounds", "own groups", "peer groups", "peer IS weight", "peers",
+                "reward first→last", "held-out acc before → after (± s.e.)", "gain / s.e."):
         table.add_column(col)
     dirs = []
     for name in names:
         path = out / name / "metrics.jsonl"
         rows = read_metrics(path) if path.is_file() else []
         if not rows:
-            table.add_row(name, "0", "-", "-", "-", "-", "-")
+            table.add_row(name, status.get(name, "-"), "0", "-", "-", "-", "-", "-", "-", "-")
             continue
         dirs.append(out / name)
         k = max(1, len(rows) // 5)  # first / last fifth of the run
-        evals = [m["eval_accuracy"] for m in rows if m.get("eval_accuracy") is not None]
-        first_eval = rows[0].get("eval_accuracy_before")
-        first_eval = first_eval if first_eval is not None else (evals[0] if evals else None)
+        evals = [m for m in rows if m.get("eval_accuracy") is not None]
+        before, se_b = rows[0].get("eval_accuracy_before"), rows[0].get("eval_se_before")
+        if before is None and evals:
+            before, se_b = evals[0]["eval_accuracy"], evals[0].get("eval_se")
+        after, se_a = (evals[-1]["eval_accuracy"], evals[-1].get("eval_se")) if evals else (None, None)
         peers = sorted({p for m in rows for p in m.get("external_peers", [])})
+        weights = [m["is_weight_external"] for m in rows if m.get("groups_external") and "is_weight_external" in m]
         table.add_row(
-            name, str(len(rows)), str(sum(m["groups_local"] for m in rows)),
-            str(sum(m["groups_external"] for m in rows)), str(len(peers)),
+            name, status.get(name, "-"), str(len(rows)), str(sum(m["groups_local"] for m in rows)),
+            str(sum(m["groups_external"] for m in rows)), _fmt(_mean(weights)), str(len(peers)),
             f"{_fmt(_mean([m['reward_mean'] for m in rows[:k]]))} → {_fmt(_mean([m['reward_mean'] for m in rows[-k:]]))}",
-            f"{_fmt(first_eval)} → {_fmt(evals[-1] if evals else None)}",
+            f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
-    Console(width=max(110, Console().width)).print(table)
+    Console(width=max(170, Console().width)).print(table)
     if dirs:
         from node.cli.plot import plot_runs
 

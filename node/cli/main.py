@@ -1,17 +1,21 @@
 """`swarm` — the command line.
 
-  swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ...] [--set k=v ...]
-  swarm local --nodes N --config FILE [--rounds N] [--out DIR]
-  swarm local --samplers K --config FILE [--rounds N] [--out DIR]     (HeteroRL: a learner + K samplers)
-  swarm bootstrap [--host-maddrs ...] [--identity FILE]
+  swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ... | --initial-peers-file PATH|URL]
+             [--identity FILE] [--host-maddrs ...] [--announce-maddrs ...] [--client-mode] [--set k=v ...]
+  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N]
+  swarm local --samplers K --config FILE [--rounds N] [--out DIR] [--restart N]   (HeteroRL: a learner + K samplers)
+  swarm bootstrap [--host-maddrs ...] [--announce-maddrs ...] [--identity FILE] [--maddrs-file FILE]
+  swarm doctor [--config FILE] [network flags as for node]
   swarm models list | fetch NAME
   swarm eval --config FILE [--checkpoint DIR]
   swarm plot DIR... [--out PNG]
   swarm export RUN_DIR --out DIR [--merge]
   swarm config show --config FILE
 
-Every user-facing failure (bad config, missing model, unreachable bootstrap peers) ends with one
-line on stderr and exit status 2, not a traceback.
+Every user-facing failure (bad config, missing model, unreachable bootstrap peers, a port in
+use, an unusable or busy --out) ends with one line on stderr and exit status 2, not a traceback.
+Exit status 130 after SIGINT, 143 after SIGTERM (children stopped either way: node.cli.lifetime),
+3 when the swarm transport's DHT process or p2pd died under a running node.
 """
 
 from __future__ import annotations
@@ -20,95 +24,131 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
 
+from node.cli.args import check_rounds, parse_sets
+from node.cli.lifetime import (
+    EXIT_TERMINATED,
+    Terminated,
+    check_ports,
+    install_signal_handlers,
+    lock_out_dir,
+    maddr_ports,
+    prepare_out_dir,
+)
+
+EXIT_TRANSPORT_DIED = 3
+
 
 def _overrides(args) -> dict:
-    out = {}
-    for item in getattr(args, "set", None) or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"error: --set expects key=value, got {item!r}")
-        out[key] = yaml.safe_load(value)
-    peers = list(getattr(args, "initial_peers", None) or [])
-    if getattr(args, "initial_peers_file", None):
-        peers += _read_peers_file(Path(args.initial_peers_file))
-    if peers:
-        out["swarm.initial_peers"] = peers
-        out["swarm.enabled"] = True
-    if getattr(args, "rounds", None):
+    out = parse_sets(getattr(args, "set", None))
+    from node.cli import network
+
+    out.update(network.overrides(args))  # --initial-peers(-file), --identity, --host/announce-maddrs, ...
+    check_rounds(getattr(args, "rounds", None))
+    if getattr(args, "rounds", None) is not None:
         out["rounds"] = args.rounds
     return out
 
 
-def _read_peers_file(path: Path, wait_s: float = 300.0) -> list[str]:
-    """Multiaddrs written by `swarm bootstrap --maddrs-file` (waits for the file, e.g. in docker-compose)."""
-    import time
+def _node_ports(cfg) -> list[tuple[str, str, int, str]]:
+    ports = []
+    if cfg.metrics.prometheus_port:
+        ports.append(("tcp", cfg.metrics.prometheus_host, cfg.metrics.prometheus_port, "metrics.prometheus_port"))
+    if cfg.swarm.enabled:
+        ports += [(proto, host, port, "swarm.host_maddrs") for proto, host, port in maddr_ports(cfg.swarm.host_maddrs)]
+    return ports
 
-    deadline = time.monotonic() + wait_s
-    while not path.is_file():
-        if time.monotonic() > deadline:
-            raise FileNotFoundError(f"no bootstrap address file at {path} after {wait_s:.0f} s")
-        time.sleep(1.0)
-    peers = [line.strip() for line in path.read_text().splitlines() if "/p2p/" in line]
-    if not peers:
-        raise FileNotFoundError(f"{path} holds no multiaddr with /p2p/")
-    return peers
+
+def _quiet_transformers() -> None:
+    from transformers.utils import (
+        logging as hf_logging,  # seconds to import: after the cheap checks
+    )
+
+    hf_logging.disable_progress_bar()  # checkpoint saves would print a bar every time
+
+
+def _watchdog(stack: ExitStack) -> None:
+    """The orphan watchdog (node.cli.watchdog) for as long as `stack` is open."""
+    from node.cli.watchdog import start_watchdog
+
+    dog = start_watchdog()
+    if dog is not None:
+        stack.callback(dog.wait)
+        stack.callback(dog.kill)  # the command ends normally: nothing left to clean up
 
 
 def cmd_node(args) -> int:
     from node.config import load_config
+
+    cfg = load_config(args.config, _overrides(args))
+    out = prepare_out_dir(Path(args.out or Path("runs") / cfg.name))
+    lock_out_dir(out)  # held until this process exits
+    check_ports(_node_ports(cfg))
+    from node.models.device import resolve_device
+
+    resolve_device(cfg.train.device)  # cuda asked for but absent: one line, before any network start
+    _quiet_transformers()
+    from node.models.device import describe
     from node.node import Node
     from node.runner import run
 
-    cfg = load_config(args.config, _overrides(args))
-    out = Path(args.out or Path("runs") / cfg.name)
-    transport = None
-    if cfg.swarm.enabled:
-        from swarm.hivemind_transport import HivemindTransport
+    with ExitStack() as stack:  # unwinds on SIGTERM / SIGINT too (node.cli.lifetime)
+        _watchdog(stack)
+        transport = None
+        if cfg.swarm.enabled:
+            from swarm.hivemind_transport import HivemindTransport
 
-        transport = HivemindTransport(cfg=cfg.swarm, start=True)
-        print(f"[{cfg.name}] peer {transport.peer_id} listening on {' '.join(transport.visible_maddrs())}", flush=True)
-    node = Node(cfg, out, transport=transport)
-    try:
-        print(f"[{cfg.name}] model {cfg.model.spec} · loss {cfg.loss.name} · "
+            transport = HivemindTransport(cfg=cfg.swarm, start=True)
+            stack.callback(transport.shutdown)  # idempotent; covers a failure while the node is built
+            where = ("client mode: no listen address, bundles pushed to peers" if cfg.swarm.client_mode
+                     else "listening on " + " ".join(transport.visible_maddrs()))
+            print(f"[{cfg.name}] peer {transport.peer_id} {where}", flush=True)
+        node = Node(cfg, out, transport=transport)
+        stack.callback(node.close)
+        print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} · out {out}", flush=True)
         run(node, cfg.rounds)
-    finally:
-        node.close()
     return 0
 
 
 def cmd_local(args) -> int:
     from node.cli.local import run_local
 
-    return run_local(args)
+    check_rounds(args.rounds)
+    prepare_out_dir(Path(args.out))
+    with ExitStack() as stack:
+        _watchdog(stack)
+        return run_local(args)
 
 
 def cmd_bootstrap(args) -> int:
-    from swarm.bootstrap import run_bootstrap
+    check_ports([(proto, host, port, "--host-maddrs") for proto, host, port in maddr_ports(args.host_maddrs)])
+    from swarm.bootstrap import run_bootstrap  # hivemind: seconds to import
 
     print_fn = print
     if args.maddrs_file:
+        from node.cli.network import write_peers_file
+
         target, lines = Path(args.maddrs_file), []
 
-        def print_fn(*parts, **kw):  # also write the addresses, atomically, for `--initial-peers-file`
+        def print_fn(*parts, **kw):  # also write the addresses as a peers file, for `--initial-peers-file`
             print(*parts, **kw)
             text = " ".join(str(p) for p in parts)
             if "/p2p/" in text and text.startswith("/"):
                 lines.append(text)
-                tmp = target.with_suffix(".tmp")
-                tmp.write_text("\n".join(lines) + "\n")
-                os.replace(tmp, target)
+                write_peers_file(target, lines, swarm_id=args.swarm_id, note="written by swarm bootstrap")
 
-    run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
-                  identity_path=args.identity, startup_timeout_s=args.startup_timeout, swarm_id=args.swarm_id,
-                  print_fn=print_fn)
+    with ExitStack() as stack:
+        _watchdog(stack)
+        run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
+                      identity_path=args.identity, startup_timeout_s=args.startup_timeout,
+                      swarm_id=args.swarm_id or "rlswarm", print_fn=print_fn)
     return 0
 
 
@@ -132,6 +172,7 @@ def cmd_eval(args) -> int:
     overrides.update({"metrics.console": False, "swarm.enabled": False})
     cfg = load_config(args.config, overrides)
     out = Path(args.out or Path("runs") / cfg.name)
+    _quiet_transformers()
     node = Node(cfg, out)
     print(json.dumps({"node": cfg.name, "round": node.next_round - 1,
                       "eval_accuracy": node.evaluate(), "eval_size": cfg.tasks.eval_size}))
@@ -173,6 +214,8 @@ def cmd_config(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from node.cli import doctor, network
+
     p = argparse.ArgumentParser(prog="swarm", description="Decentralized RL swarm trainer.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
@@ -181,9 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--config", required=True)
     n.add_argument("--rounds", type=int, help="stop after this many rounds (overrides config)")
     n.add_argument("--out", help="metrics, logs and checkpoints go here (default runs/<name>)")
-    n.add_argument("--initial-peers", nargs="+", help="bootstrap multiaddrs; enables the swarm")
-    n.add_argument("--initial-peers-file", help="read bootstrap multiaddrs from this file (waits for it)")
     n.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
+    network.add_flags(n)
     n.set_defaults(fn=cmd_node)
 
     lo = sub.add_parser("local", help="launch a bootstrap + N nodes on 127.0.0.1")
@@ -196,14 +238,17 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--rounds", type=int)
     lo.add_argument("--out", default="runs/local")
     lo.add_argument("--set", action="append", metavar="KEY=VALUE")
+    lo.add_argument("--restart", type=int, default=0, metavar="N",
+                    help="restart a node that dies, up to N times (it resumes from its checkpoint); "
+                    "default 0: a dying node stops the run, non-zero exit")
     lo.set_defaults(fn=cmd_local)
 
     b = sub.add_parser("bootstrap", help="run a DHT bootstrap peer and print its multiaddrs")
     b.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/31337"])
     b.add_argument("--announce-maddrs", nargs="+", help="public addresses to advertise (behind NAT)")
     b.add_argument("--identity", help="identity file (stable peer id)")
-    b.add_argument("--swarm-id", default="rlswarm", help="swarm namespace (must match the nodes')")
-    b.add_argument("--maddrs-file", help="also write the multiaddrs to this file (see node --initial-peers-file)")
+    b.add_argument("--swarm-id", help="swarm namespace, written into the peers file (default: none, any swarm)")
+    b.add_argument("--maddrs-file", help="also write the multiaddrs to this peers file (node --initial-peers-file)")
     b.add_argument("--startup-timeout", type=float, default=60.0)
     b.set_defaults(fn=cmd_bootstrap)
 
@@ -229,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--merge", action="store_true", help="LoRA: merge the adapter into a full model")
     ex.set_defaults(fn=cmd_export)
 
+    doctor.add_parser(sub)
+
     c = sub.add_parser("config", help="show the resolved config")
     c.add_argument("action", choices=["show", "doc"], help="show: the resolved config; doc: the reference (markdown)")
     c.add_argument("--config")
@@ -239,29 +286,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # A shell script that starts us with `&` leaves SIGINT ignored, and Python then never raises
-    # KeyboardInterrupt; Ctrl-C and the SIGINT `swarm local` sends its nodes must still stop us.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    install_signal_handlers()  # SIGINT and SIGTERM unwind like Ctrl-C, so children are stopped
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.command in ("node", "eval"):
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # checkpoint saves would print a bar every time
     if args.command == "models" and args.action == "fetch" and not args.name:
         print("error: swarm models fetch needs a model name (see `swarm models list`)", file=sys.stderr)
         return 2
     from node.cli.errors import user_errors
+    from swarm.health import TransportDied
 
     try:
         return args.fn(args)
+    except Terminated:  # before KeyboardInterrupt, of which it is a kind
+        print("terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TransportDied as exc:
+        print(f"error: {exc}; stopping (restarting the node resumes from its last checkpoint)", file=sys.stderr)
+        return EXIT_TRANSPORT_DIED
 
 
 if __name__ == "__main__":

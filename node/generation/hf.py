@@ -46,6 +46,7 @@ class HFGenerator:
     def _generate_chunk(self, prompts: list[str], n: int) -> list[list[Completion]]:
         tok = self.tokenizer
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(next(self.model.parameters()).device)  # train.device: the model generates where it trains
         was_training = self.model.training
         self.model.eval()
         try:

@@ -181,7 +181,9 @@ class VLLMGenerator:
         # logprobs=0 gives one {token_id: Logprob} per position holding the sampled token
         lps = [float(pos[tok].logprob) for pos, tok in zip(out.logprobs, ids)]
         return Completion(
-            text=out.text,
+            # the text is our tokenizer's decoding of the ids, exactly as the HF backend and every
+            # receiver compute it (docs/PROTOCOL.md §2): vLLM's incremental detokenizer may differ
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
             token_ids=tuple(ids),
             logprobs=tuple(lps),
             finish_reason="stop" if out.finish_reason == "stop" else "length",

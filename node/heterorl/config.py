@@ -63,5 +63,8 @@ def check_role(role: Role, cfg) -> None:
             raise ValueError("ingest.max_delay_steps applies to role learner only (set role)")
         if cfg.ingest.delay.kind != "none":
             raise ValueError("ingest.delay applies to role learner only (set role)")
+    if role == "learner" and cfg.swarm.client_mode:  # samplers open streams to it to fetch its weights
+        raise ValueError("role learner serves its weights to samplers over a stream: it cannot run in "
+                         "swarm.client_mode (samplers can)")
     if role == "sampler" and "max_fetches_per_window" not in cfg.swarm.model_fields_set:
         cfg.swarm.max_fetches_per_window = 0  # a sampler never trains: it fetches no peer's rollouts

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from node.generation.base import GenerationResult
 from node.heterorl.state import role_state
-from node.round.ingest import ingest
+from node.round.ingest import ingest_for
 from node.round.report import RoundOutcome, finish_round
 from node.round.steps import Gathered, train, verify
 from protocols.records import RolloutRecord
@@ -120,8 +120,7 @@ def gather_samplers(node: Node, st: LearnerState) -> Gathered:
                 drops[reason] += 1
             else:
                 fresh.append(rec)
-        result = ingest(fresh, tasks=node.tasks, cfg=cfg.ingest, own_fingerprint=node.fingerprint,
-                        own_vocab_size=node.vocab_size, advantage_mode=cfg.train.advantage)
+        result = ingest_for(node, fresh)  # the receive guard and work bounds of every node
         drops.update(result.drops)
         node.selector.add_external(result.groups)
         out.groups.extend(result.groups)

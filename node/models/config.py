@@ -1,11 +1,16 @@
-"""Which model a node runs (torch-free): its spec, dtype and optional LoRA adapter.
+"""Which model a node runs (torch-free): its spec, dtype and optional LoRA adapter, and where and in
+which precision it is trained (`PlacementConfig`, the `train.device` / `train.autocast` /
+`train.gradient_checkpointing` fields; node/models/device.py applies them).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
 
 class LoraSpec(BaseModel):
@@ -32,5 +37,39 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     spec: str = Field(min_length=1, description="HF hub id (org/name), local directory, or built-in alias.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weight dtype.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weight dtype (of the frozen base under LoRA, whose adapter peft keeps in "
+        "float32). float16 only with LoRA: AdamW updates of float16 weights underflow; for float16 math "
+        "with float32 weights use train.autocast: float16.")
     lora: LoraSpec | None = Field(None, description="LoRA adapter; null = full fine-tuning.")
+
+    @model_validator(mode="after")
+    def _float16_needs_lora(self) -> ModelConfig:
+        if self.dtype == "float16" and self.lora is None:
+            raise ValueError("model.dtype float16 needs model.lora (full fine-tuning of float16 weights loses "
+                             "AdamW's small updates); use bfloat16, or float32 with train.autocast: float16")
+        return self
+
+
+class PlacementConfig(BaseModel):
+    """Where the policy is trained and scored, and in which precision (the `train.*` fields below)."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str = Field(
+        "auto", description="Training, scoring and (hf backend) generation device: auto (the first CUDA GPU "
+        "when torch sees one, else cpu), cpu, cuda or cuda:N. Asking for cuda where torch sees none stops the node with "
+        "one line. The vllm backend's engine takes the first visible GPU itself: cuda:1 trains beside it.")
+    autocast: Literal["bfloat16", "float16"] | None = Field(
+        None, description="Mixed precision: forward passes (generation, scoring, training) run under "
+        "torch.autocast in this dtype while weights and optimizer state stay in model.dtype; float16 adds a "
+        "dynamic loss scale (a step whose gradients overflow is skipped). null = model.dtype throughout.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass: less memory for long completions, "
+        "about a third more compute per training step.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, v):
+            raise ValueError(f"{v!r} is not a device: auto, cpu, cuda or cuda:N")
+        return v

@@ -70,7 +70,8 @@ class LabRecipe:
     warmup_steps: int = 20
     max_steps: int = 1500  # hard cap; not reaching `stop_at` by then fails the build
     eval_every: int = 25  # steps between stopping-set evaluations
-    stop_at: float = 0.15  # stop at the first sampled stopping-set accuracy ≥ this
+    stop_at: float = 0.15  # stop at the first sampled stopping-set value of `stop_metric` ≥ this
+    stop_metric: str = "reward"  # "reward": mean strict reward (partial credit counts); "accuracy": fraction fully correct
     stop_items: int = 128  # stopping-set size
     report_items: int = 512  # report-set size: at 128 the sampled accuracy swung 0.10–0.19 with the sampling seed
     max_new_tokens: int = 16  # generation cap at evaluation
@@ -82,12 +83,24 @@ LAB_RECIPES: dict[str, LabRecipe] = {
     "lab-chain-sum": LabRecipe(
         "chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
     ),
+    # "Spell this word backward (example: sun -> nus): {word}", words of 3–6 letters (34,428 words).
+    # The verifier gives per-position partial credit, so most GRPO groups have reward variance; the
+    # answer is ~5 sampled characters, so at T = 1 sampled exact-match accuracy (≈ 0.35–0.38) is far
+    # below greedy (≈ 0.60–0.66): RL has clear headroom (docs/BENCHMARKS.md, "Learning").
+    # vocab 300 = 256 bytes + 5 specials + 39 merges: the fixed instruction merges into whole words
+    # while the words themselves stay (mostly) one character per token.
+    "lab-spell": LabRecipe(
+        "spell_backward", {"min_word_len": 3, "max_word_len": 6},
+        vocab_size=300, hidden=128, layers=4, heads=2, intermediate=256,
+        stop_at=0.35, stop_metric="accuracy", threads=1,
+    ),
 }
 
 
 @dataclass
 class EvalResult:
-    accuracy: float  # mean strict reward
+    accuracy: float  # fraction of completions fully correct (strict reward ≥ 1), as node evaluation counts
+    reward: float  # mean strict reward (partial credit included where the verifier gives it)
     mean_tokens: float  # mean completion length in tokens (eos included)
     samples: list[str]  # a few completions, for the build log
 
@@ -151,7 +164,8 @@ def evaluate(model, tok, tasks, *, greedy: bool, seed: int, max_new_tokens: int)
         lengths.append(end)
         texts.append(tok.decode(row[:end], skip_special_tokens=True))
     rewards = [score(t, text) for t, text in zip(tasks, texts)]
-    return EvalResult(sum(rewards) / len(rewards), sum(lengths) / len(lengths), texts[:4])
+    correct = [r >= 1.0 for r in rewards]
+    return EvalResult(sum(correct) / len(correct), sum(rewards) / len(rewards), sum(lengths) / len(lengths), texts[:4])
 
 
 def _lr_at(step: int, recipe: LabRecipe) -> float:
@@ -194,15 +208,17 @@ def train_lab_model(recipe: LabRecipe, progress: Progress = print):
                 seed=recipe.seed + step,
                 max_new_tokens=recipe.max_new_tokens,
             )
-            curve.append({"step": step + 1, "loss": round(loss.item(), 4), "sampled_accuracy": ev.accuracy})
+            curve.append({"step": step + 1, "loss": round(loss.item(), 4), "sampled_accuracy": ev.accuracy,
+                          "sampled_reward": round(ev.reward, 4)})
             progress(
-                f"step {step + 1:5d}  loss {loss.item():.3f}  sampled acc {ev.accuracy:.3f}  e.g. {ev.samples[0]!r}"
+                f"step {step + 1:5d}  loss {loss.item():.3f}  sampled acc {ev.accuracy:.3f}  reward {ev.reward:.3f}  "
+                f"e.g. {ev.samples[0]!r}"
             )
-            if ev.accuracy >= recipe.stop_at:
+            if (ev.accuracy if recipe.stop_metric == "accuracy" else ev.reward) >= recipe.stop_at:
                 model.eval()
                 return model, tok, curve
     raise RuntimeError(
-        f"lab model did not reach {recipe.stop_at:.0%} sampled accuracy in {recipe.max_steps} steps"
+        f"lab model did not reach {recipe.stop_at:.0%} sampled {recipe.stop_metric} in {recipe.max_steps} steps"
     )
 
 
@@ -230,6 +246,8 @@ def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
         "target_sampled_accuracy": [0.10, 0.40],
         "sampled_accuracy": sampled.accuracy,
         "greedy_accuracy": greedy.accuracy,
+        "sampled_reward": sampled.reward,
+        "greedy_reward": greedy.reward,
         "mean_completion_tokens": sampled.mean_tokens,
         "steps": curve[-1]["step"],
         "curve": curve,
@@ -247,3 +265,7 @@ def build_lab(alias: str, out_dir: Path, progress: Progress = print) -> dict:
 
 def build_lab_chain_sum(out_dir: Path, progress: Progress = print) -> None:
     build_lab("lab-chain-sum", out_dir, progress)
+
+
+def build_lab_spell(out_dir: Path, progress: Progress = print) -> None:
+    build_lab("lab-spell", out_dir, progress)

@@ -87,6 +87,12 @@ _BUILTINS: dict[str, _Builtin] = {
         "node.models.lab:build_lab_chain_sum",
         2,  # v2: lab.json accuracy measured on 512 report items (same weights as v1)
     ),
+    "lab-spell": _Builtin(
+        "Llama ~0.6M params warm-started on spell_backward (3–6 letters) to ≈ 37 % sampled exact match; "
+        "built in ~2 min",
+        "node.models.lab:build_lab_spell",
+        1,
+    ),
 }
 
 BUILTIN_MODELS: dict[str, str] = {alias: b.description for alias, b in _BUILTINS.items()}

@@ -10,9 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from node.models.config import PlacementConfig
 
-class TrainConfig(BaseModel):
-    """Optimizer and step shape; the loss has its own config (losses.LossConfig)."""
+
+class TrainConfig(PlacementConfig):
+    """Device and precision (PlacementConfig), optimizer and step shape; the loss has its own config."""
 
     model_config = ConfigDict(extra="forbid")
     lr: float = Field(1e-5, ge=0, le=1.0, description="AdamW learning rate (0 freezes the policy: a control run "
@@ -95,7 +97,8 @@ class DelayConfig(BaseModel):
 
 
 class IngestConfig(BaseModel):
-    """Which peers' records are fresh enough to learn from: by age in swarm time, never by round."""
+    """Which peers' records are fresh and small enough to learn from: by age in swarm time (never by
+    round), and within this node's own work bounds."""
 
     model_config = ConfigDict(extra="forbid")
     max_age_s: float = Field(
@@ -106,6 +109,12 @@ class IngestConfig(BaseModel):
         120.0, ge=0, le=1e5, description="Tolerated future timestamps from peers' clocks."
     )
     min_group_size: int = Field(2, ge=2, le=256, description="Fewer completions ⇒ no advantage.")
+    max_completion_tokens: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="Drop a peer's record when a completion is longer than this many of the sender's "
+        "tokens, or (another tokenizer) 4× this many in our re-tokenisation; null = this node's own "
+        "generation.max_new_tokens.",
+    )
     max_delay_steps: int | None = Field(
         None, ge=0, le=1_000_000, description="Learner (role learner) only: use a record only while its "
         "learner version − policy_version ≤ this many optimizer steps, else drop it (stale_version); None = "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node.round.groups import Group, verify_group
-from node.round.ingest import ingest
+from node.round.ingest import ingest_for
 from node.round.records import to_records
 from node.round.train import StepResult, build_rows, train_step
 
@@ -87,10 +87,8 @@ def receive(node: Node, min_records: int = 0, timeout: float = 0.0) -> Gathered:
     """What the transport delivered (waiting ≤ timeout while fewer than min_records), through ingest."""
     if node.transport is None:
         return Gathered()
-    cfg = node.cfg
     delivery = node.transport.take(min_records=min_records, timeout=timeout)
-    result = ingest(delivery.records, tasks=node.tasks, cfg=cfg.ingest, own_fingerprint=node.fingerprint,
-                    own_vocab_size=node.vocab_size, advantage_mode=cfg.train.advantage)
+    result = ingest_for(node, delivery.records)
     drops = Counter(delivery.drops)
     drops.update(result.drops)
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,

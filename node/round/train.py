@@ -86,18 +86,36 @@ def dash_filter(rows: list[Row], threshold: float) -> list[Row]:
 
 
 def micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
-    """Whole groups per micro-batch, up to `size` rows (a group larger than `size` stays whole)."""
+    """Whole groups per micro-batch, up to `size` rows (a group larger than `size` stays whole).
+
+    Bucketed by length: groups are taken in order of their longest row (prompt + completion), and
+    a micro-batch closes when the next group's longest row is more than twice the first one's,
+    so every row is padded to less than twice its bucket's shortest longest-row and one long
+    group pads only itself (a forward pass costs rows × the longest row in it). The loss divides
+    by the step's totals, so how rows are split into micro-batches does not change the step.
+    """
+    by_group: dict[int, list[Row]] = {}
+    for r in rows:
+        by_group.setdefault(r.group_id, []).append(r)
+    ordered = sorted(by_group.values(), key=lambda g: max(_row_len(r) for r in g))  # stable
     batches: list[list[Row]] = []
     current: list[Row] = []
-    for gid in dict.fromkeys(r.group_id for r in rows):
-        group = [r for r in rows if r.group_id == gid]
-        if current and len(current) + len(group) > size:
+    floor = 0  # longest row of the current micro-batch's first group
+    for group in ordered:
+        longest = max(_row_len(r) for r in group)
+        if current and (len(current) + len(group) > size or longest > 2 * floor):
             batches.append(current)
             current = []
+        if not current:
+            floor = longest
         current.extend(group)
     if current:
         batches.append(current)
     return batches
+
+
+def _row_len(r: Row) -> int:
+    return len(r.tokens.prompt_ids) + len(r.tokens.completion_ids)
 
 
 def mini_batches(rows: list[Row], k: int) -> list[list[Row]]:
@@ -148,16 +166,17 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
     for i, r in enumerate(rows):
         if r.aligned:
             beh[i, : len(r.logp_beh)] = torch.tensor(r.logp_beh)
+    dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
         logp_old=logp.detach() if old is None else _padded(rows, old, mask),
         logp_beh=beh,
-        logp_beh_seq=torch.tensor([r.logp_beh_seq for r in rows]),
-        beh_aligned=torch.tensor([r.aligned for r in rows]),
+        logp_beh_seq=torch.tensor([r.logp_beh_seq for r in rows], device=dev),
+        beh_aligned=torch.tensor([r.aligned for r in rows], device=dev),
         mask=mask,
-        advantages=torch.tensor([r.advantage for r in rows]),
-        group_ids=torch.tensor([r.group_id for r in rows]),
-        is_external=torch.tensor([r.external for r in rows]),
+        advantages=torch.tensor([r.advantage for r in rows], device=dev),
+        group_ids=torch.tensor([r.group_id for r in rows], device=dev),
+        is_external=torch.tensor([r.external for r in rows], device=dev),
         logp_ref=None if ref is None else _padded(rows, ref, mask),
         totals=totals,
     )

@@ -9,22 +9,35 @@ same question and ground truth on every machine, so a receiver regenerates every
 itself and scores completions with its *own* verifier (docs/ARCHITECTURE.md §4). Claimed rewards are never used.
 
 Answer extraction (documented in docs/CONFIG.md):
-  - `strict`: the text inside the last `<answer>…</answer>` block (reasoning-gym's own
-    `extract_answer`); no block ⇒ reward 0. This is what the system prompt asks for.
+  - `strict`: the text inside the last `<answer>…</answer>` block, exactly as reasoning-gym's own
+    `extract_answer` reads it, but in linear time (`extract_tagged`); no block ⇒ reward 0. This
+    is what the system prompt asks for.
   - `lenient`: the tagged answer if present, else the last non-empty line of the completion.
     Useful to measure models that answer correctly but ignore the format.
 The reward is the dataset's own `score_answer(answer, entry)` in [0, 1] (partial credit allowed).
+
+Peers' text is hostile input, so verification is bounded before any dataset code runs:
+reasoning-gym's regex `<answer>\\s?(.*?)\\s?</answer>` backtracks quadratically on an unclosed
+`<answer>` repeated (measured: 32k characters 2.6 s, 128k 42 s); `extract_tagged` finds the same
+block with `str.find` in one pass. An extracted answer longer than `max_answer_chars(task)` is a
+wrong answer and never reaches the dataset's `score_answer`.
 """
 
 from __future__ import annotations
 
 import random
 
-from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
+from reasoning_gym.utils import SYSTEM_PROMPTS
 
 from node.tasks.config import DatasetSpec, FileDatasetSpec, TaskConfig
 from node.tasks.files import FileTasks, is_file_ref
-from node.tasks.gym import INDEX_SPACE, build_dataset, config_key, dataset_names
+from node.tasks.gym import (
+    INDEX_SPACE,
+    build_dataset,
+    check_config,
+    config_key,
+    dataset_names,
+)
 from node.tasks.streams import Excluded, eval_seed, train_seed
 from node.tasks.task import Task, TaskError
 from protocols.records import TaskRef
@@ -99,6 +112,10 @@ class TaskSource:
 
     def check_external(self, ref: TaskRef) -> Task:
         """Regenerate a peer's task if its dataset and config (or its file's content) are on the allow-list."""
+        try:
+            check_config(ref.config)  # before json.dumps sees it (a peer's config is hostile input)
+        except ValueError as exc:
+            raise TaskError("bad_task", str(exc)) from None
         if is_file_ref(ref):
             return self.files.check_external(ref)
         if ref.dataset not in DATASET_NAMES:
@@ -129,8 +146,38 @@ class TaskSource:
         return [score(task, c, self.cfg.extraction) for c in completions]
 
 
+_OPEN, _CLOSE = "<answer>", "</answer>"
+
+
+def extract_tagged(completion: str) -> str | None:
+    """reasoning-gym's `extract_answer(completion)` (the last `<answer>\\s?(.*?)\\s?</answer>` match
+    under re.DOTALL, stripped) computed in O(len(completion)) instead of by a backtracking regex.
+
+    Matches are found left to right without overlap: from an opening tag, the lazy group ends at
+    the first closing tag after it, minus one whitespace character (``\\s`` ≡ ``str.isspace``)
+    directly before that tag; the optional whitespace after the opening tag is taken greedily.
+    With no closing tag after an opening one there is no later match either, so the scan stops.
+    """
+    answer, pos = None, 0
+    while (i := completion.find(_OPEN, pos)) >= 0:
+        start = i + len(_OPEN)
+        if start < len(completion) and completion[start].isspace():
+            start += 1
+        j = completion.find(_CLOSE, start)
+        if j < 0:
+            break
+        end = j - 1 if j > start and completion[j - 1].isspace() else j
+        answer, pos = completion[start:end], j + len(_CLOSE)
+    return None if answer is None else answer.strip()
+
+
+def max_answer_chars(task: Task) -> int:
+    """The longest extracted answer handed to the dataset's verifier (longer ⇒ reward 0)."""
+    return 1024 + 8 * len(task.answer)
+
+
 def extract(completion: str, mode: str = "strict") -> str | None:
-    answer = extract_answer(completion)
+    answer = extract_tagged(completion)
     if answer is None and mode == "lenient":
         lines = [ln.strip() for ln in completion.strip().splitlines() if ln.strip()]
         answer = lines[-1] if lines else None
@@ -139,7 +186,7 @@ def extract(completion: str, mode: str = "strict") -> str | None:
 
 def score(task: Task, completion: str, mode: str = "strict") -> float:
     answer = extract(completion, mode)
-    if answer is None:
+    if answer is None or len(answer) > max_answer_chars(task):
         return 0.0
     dataset = build_dataset(task.ref.dataset, task.ref.config, task.ref.seed)
     try:

@@ -113,12 +113,12 @@ def test_a_killed_peer_does_not_block_the_others(swarm3):
                                  request_timeout_s=2.0, allreduce_timeout_s=20.0) for ts, p in zip(tensors, peers)]
     started = time.monotonic()
     try:
-        results = average_all(averagers, tensors, [1.0, 1.0], timeout=25.0)
+        results = average_all(averagers, tensors, [1.0, 1.0], timeout=40.0)
     finally:
         for a in averagers:
             a.shutdown()
     elapsed = time.monotonic() - started
-    assert elapsed < 60  # bounded: matchmaking timeout 25 s + all-reduce, never the killed peer's 300 s
+    assert elapsed < 75  # bounded: matchmaking timeout 40 s + all-reduce, never the killed peer's 300 s
     for res, ts in zip(results, tensors):
         assert res.averaged and res.group_size == 2, res
         assert torch.equal(ts[0], torch.full((6, 4), 2.0)) and torch.equal(ts[1], torch.full((5,), 1.0))

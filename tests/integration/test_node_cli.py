@@ -71,7 +71,7 @@ def test_bad_config_is_one_line_naming_the_field(tmp_path):
     proc = swarm("node", "--config", str(bad), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
-    assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
+    assert "train.lr" in proc.stderr and "greater than or equal to 0" in proc.stderr
 
 
 def test_missing_model_is_one_line(tmp_path):

@@ -5,8 +5,9 @@
 2. Two nodes whose rounds differ ≥ 10× in length each train on the other's groups, and the fast
    node's rounds are not slowed down to the slow node's pace. Both train on I + J = 4 groups of
    the same shape per step (backfilled with their own when peers' are missing), so the fast node's
-   solo and paired rounds do the same work; the slow node is slow because it generates 24× as many
-   groups, 16 sequences per generate call. On a 2-core machine a busy slow process would also take
+   solo and paired rounds do the same work; the slow node is slow because it generates one sequence
+   per generate call (64 calls a round against the fast node's one) and takes 16 passes over its
+   batch (train.epochs), so its bundles stay small and cost the fast node little to take in. On a 2-core machine a busy slow process would also take
    CPU from the fast one, which is not what the test is about (waiting on a slow peer): the slow
    node runs at the lowest CPU priority, as if it were on other hardware.
 3. kill -9 of one of three nodes: the other two keep going without waiting for it; restarted with
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.integration
 
 
 def _config(tmp: Path, name: str, *, prompts: int = 4, group: int = 4, tokens: int = 8, batch: int = 256,
-            **swarm) -> str:
+            epochs: int = 1, **swarm) -> str:
     cfg = {
         "name": name, "seed": sum(map(ord, name)) % 1000, "rounds": 10_000, "torch_threads": 1,
         "model": {"spec": "tiny-qwen2"},
@@ -43,7 +44,7 @@ def _config(tmp: Path, name: str, *, prompts: int = 4, group: int = 4, tokens: i
                        "max_batch_sequences": batch},
         # I = 2 own + J = 2 peers' groups; with too few peers' groups the step backfills with own ones
         "select": {"local_groups": 2, "external_groups": 2, "drop_zero_advantage": False},
-        "swarm": {"enabled": True, **swarm}, "eval": {"every": 0}, "checkpoint": {"every": 5},
+        "train": {"epochs": epochs}, "swarm": {"enabled": True, **swarm}, "eval": {"every": 0}, "checkpoint": {"every": 5},
     }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -108,7 +109,7 @@ def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path)
     fast, fast_out = _start(children, maddrs, tmp_path, "fast", _config(tmp_path, "fast"))
     solo = _wait_rounds(fast_out, 25, 300, fast)[5:]  # the fast node alone (after warm-up)
     slow, slow_out = _start(children, maddrs, tmp_path, "slow",
-                            _config(tmp_path, "slow", prompts=96, batch=16), "--rounds", "6", niceness=19)
+                            _config(tmp_path, "slow", prompts=16, batch=1, epochs=16), "--rounds", "6", niceness=19)
     slow_rows = _wait_rounds(slow_out, 6, 600, slow)
     fast_rows = _rows(fast_out)
     slow_id, fast_id = _peer_id(slow_out), _peer_id(fast_out)
@@ -125,7 +126,9 @@ def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path)
     overlap = [f for f in fast_rows if slow_rows[0]["time"] - slow_rows[0]["round_s"] < f["time"] <= slow_rows[-1]["time"]]
     solo_median = statistics.median(m["round_s"] for m in solo)
     paired_median = statistics.median(m["round_s"] for m in overlap)
-    assert paired_median <= 1.2 * solo_median, (solo_median, paired_median)
+    # waiting on the slow peer would make the fast rounds ≥ 10× longer; sharing 2 cores with a second
+    # busy process (niced, but caches and memory bandwidth are shared) costs up to ≈ 1.5×
+    assert paired_median <= 2 * solo_median, (solo_median, paired_median)
     assert max(f["gather_s"] for f in overlap) < 1.0  # the fast node never waited on the slow one
 
 
@@ -154,7 +157,11 @@ def test_kill_9_of_one_node_stalls_nobody_and_a_restart_exchanges_at_once(bootst
     assert resumed[0]["groups_external"] > 0, resumed[0]  # it exchanges in its first round after the restart
     restarted_at = resumed[0]["time"] - resumed[0]["round_s"]
     n2_id = _peer_id(victim_out)
+    # the others fetch it within a fan-in window: at these round speeds each spends its
+    # max_fetches_per_window budget (16 per window_s = 10 s) in a few seconds, then waits for the next window
     for name in ("n0", "n1"):
         child, out = nodes[name]
-        rows = _wait_rounds(out, len(_rows(out)) + 3, 120, child)
-        assert any(n2_id in m["external_peers"] for m in rows if m["time"] > restarted_at), name
+        deadline = time.monotonic() + 3 * 10.0 + 30
+        while not any(n2_id in m["external_peers"] for m in _rows(out) if m["time"] > restarted_at):
+            assert child.poll() is None and time.monotonic() < deadline, name
+            time.sleep(0.5)

@@ -1,6 +1,7 @@
 """lab-* built-ins: the offline SFT warm start lands in the target accuracy band (node.models.lab).
 
-Each build takes about 4 minutes on 2 quiet CPU cores (12 under heavy load); the time is recorded in lab.json, not asserted (speed belongs in bench/). The model is then re-measured as a node would
+A build takes 1–4 minutes on 2 quiet CPU cores (lab-spell ≈ 70 s, lab-chain-sum ≈ 4 min; 3× that under heavy
+load); the time is recorded in lab.json, not asserted (speed belongs in bench/). The model is then re-measured as a node would
 use it: loaded through `load_model`, prompted with `TaskSource`'s own held-out stream.
 """
 
@@ -34,9 +35,12 @@ def test_lab_model_lands_in_target_band(alias, monkeypatch):
     assert (lo, hi) == (0.10, 0.40)
     assert lo <= lab["sampled_accuracy"] <= hi
     assert lab["greedy_accuracy"] >= lo  # greedy decoding shows what RL can sharpen towards
-    assert lab["mean_completion_tokens"] <= 12  # "<answer>…</answer><|end|>": a round takes seconds
-    assert lab["curve"][-1]["sampled_accuracy"] >= LAB_RECIPES[alias].stop_at  # the stopping rule fired
-    assert all(c["sampled_accuracy"] < LAB_RECIPES[alias].stop_at for c in lab["curve"][:-1])
+    assert lab["mean_completion_tokens"] <= 14  # "<answer>…</answer><|end|>": a round takes seconds
+    recipe = LAB_RECIPES[alias]
+    key = "sampled_accuracy" if recipe.stop_metric == "accuracy" else "sampled_reward"
+    value = [c.get(key, c["sampled_accuracy"]) for c in lab["curve"]]  # builds before v2 logged accuracy only
+    assert value[-1] >= recipe.stop_at  # the stopping rule fired
+    assert all(v < recipe.stop_at for v in value[:-1])
 
     loaded = load_model(ModelConfig(spec=alias))
     cfg = TaskConfig(

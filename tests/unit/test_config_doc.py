@@ -17,4 +17,4 @@ def test_every_section_and_loss_is_documented():
                     "`swarm.caps`", "`checkpoint`", "`metrics`", "`eval`"):
         assert f"## {section} —" in text, section
     for name in ("grpo", "pg", "f-tis", "gspo", "gepo"):
-        assert f"| `name` | Literal[" in text and f"'{name}'" in text
+        assert "| `name` | Literal[" in text and f"'{name}'" in text

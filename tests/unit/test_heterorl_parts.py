@@ -227,11 +227,13 @@ def test_role_config_rules():
     learner = parse_config(_cfg(role="learner", ingest={"max_delay_steps": 4, "delay": {"kind": "lognormal",
                                                                                        "time_scale": 0.1}}))
     assert learner.ingest.delay.longest_s == pytest.approx(192.0)
+    assert parse_config(_cfg(role="sampler", swarm={"client_mode": True})).swarm.client_mode  # it only dials out
     for bad, words in ((_cfg(ingest={"max_delay_steps": 4}), "role learner only"),
                        (_cfg(role="learner", ingest={"delay": {"kind": "lognormal"}}), "max_age_s"),
                        (_cfg(role="sampler", heterorl={"follow": ["not a peer id"]}), "base58"),
                        (_cfg(role="learner", ingest={"delay": {"kind": "lognormal", "min_s": 9, "max_s": 1}}),
                         "min_s"),
+                       (_cfg(role="learner", swarm={"client_mode": True}), "client_mode"),
                        (_cfg(role="observer"), "role")):
         with pytest.raises(ConfigError, match=words):
             parse_config(bad)

@@ -10,14 +10,12 @@ Node 2 holds a copy with one row changed: its records and the others' are droppe
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 from node.config import parse_config
 from node.node import Node
-from node.round.loop import run_round
-from node.runner import meet_peers
 from swarm.memory import InMemoryHub, InMemoryTransport
+from tests.memory_swarm import run_concurrently
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo"
 ROUNDS = 3
@@ -51,23 +49,7 @@ def test_two_nodes_train_on_each_others_file_tasks_and_a_third_file_is_dropped(t
     hub = InMemoryHub()
     nodes = [Node(parse_config(_config(f"n{i}", i, Path(copies[i]))), tmp_path / f"n{i}",
                   transport=InMemoryTransport(hub, f"peer-{i}", poll_interval_s=0.01)) for i in range(3)]
-    results: dict[int, list[dict]] = {i: [] for i in range(3)}
-
-    def run(i: int) -> None:
-        meet_peers(nodes[i])
-        for r in range(ROUNDS):
-            results[i].append(run_round(nodes[i], r))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        assert not any(t.is_alive() for t in threads), "a round did not finish"
-    finally:
-        for n in nodes:
-            n.close()
+    results = run_concurrently(nodes, ROUNDS)
     for i, other in ((0, "peer-1"), (1, "peer-0")):
         rows = results[i]
         assert [m["round"] for m in rows] == list(range(ROUNDS))

@@ -7,12 +7,10 @@ and no network, in a few seconds.
 
 from __future__ import annotations
 
-import threading
-
 from node.config import parse_config
 from node.node import Node
-from node.round.loop import run_round
 from swarm.memory import InMemoryHub, InMemoryTransport
+from tests.memory_swarm import run_concurrently
 
 
 def _config(name: str, seed: int) -> dict:
@@ -33,22 +31,7 @@ def test_two_nodes_train_on_each_others_groups(tmp_path):
     hub = InMemoryHub()
     nodes = [Node(parse_config(_config(f"n{i}", i)), tmp_path / f"n{i}",
                   transport=InMemoryTransport(hub, f"peer-{i}", poll_interval_s=0.01)) for i in range(2)]
-    results: dict[int, list[dict]] = {0: [], 1: []}
-
-    def run(i: int) -> None:
-        for r in range(3):
-            results[i].append(run_round(nodes[i], r))
-
-    try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert not any(t.is_alive() for t in threads), "a round did not finish"
-    finally:
-        for n in nodes:
-            n.close()
+    results = run_concurrently(nodes, 3, timeout_s=120)
     for i, other in ((0, "peer-1"), (1, "peer-0")):
         rows = results[i]
         assert [m["round"] for m in rows] == [0, 1, 2]

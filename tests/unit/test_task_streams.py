@@ -11,7 +11,13 @@ from node.federated.mode import FederatedTasks
 from node.tasks.config import DatasetSpec, TaskConfig
 from node.tasks.gym import build_dataset
 from node.tasks.source import TaskError, TaskSource
-from node.tasks.streams import SPARE_BASE, eval_seed, private_seed, public_seed, train_seed
+from node.tasks.streams import (
+    SPARE_BASE,
+    eval_seed,
+    private_seed,
+    public_seed,
+    train_seed,
+)
 from protocols.records import TaskRef
 
 # two 1-digit terms: a question space of ≈ 200, so chance collisions are frequent and any leak shows

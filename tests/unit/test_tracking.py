@@ -6,6 +6,7 @@ import io
 import json
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,14 +80,20 @@ def test_wandb_offline_run_holds_every_round(tmp_path, monkeypatch):
         log.write(dict(m))
     log.close()
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    history, config = [], {}
-    for raw in _wandb_records(run_file):
-        rec = pb.Record()
-        rec.ParseFromString(raw)
-        if rec.WhichOneof("record_type") == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
-        elif rec.WhichOneof("record_type") == "run":
-            config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.run.config.update})
+    deadline = time.monotonic() + 20  # wandb's writer process may still be flushing after finish() returns
+    while True:
+        history, config = [], {}
+        for raw in _wandb_records(run_file):
+            rec = pb.Record()
+            rec.ParseFromString(raw)
+            if rec.WhichOneof("record_type") == "history":
+                history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+            elif rec.WhichOneof("record_type") == "run":
+                config.update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                               for i in rec.run.config.update})
+        if len(history) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert [h["round"] for h in history] == [0, 1, 2]
     assert [h["reward_mean"] for h in history] == pytest.approx([0.0, 0.1, 0.2])
     assert history[2]["drops/dataset_mismatch"] == 2.0

@@ -12,9 +12,22 @@ import msgpack
 import pytest
 import zstandard
 
-from protocols.codec import Caps, RecordError, encode_announcement, encode_bundle, sha256_hex
+from protocols.codec import (
+    Caps,
+    RecordError,
+    encode_announcement,
+    encode_bundle,
+    sha256_hex,
+)
 from protocols.keys import rollouts_key, shard_of, window_of
-from protocols.records import Announcement, Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+from protocols.records import (
+    Announcement,
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.memory import InMemoryHub, InMemoryTransport
 from swarm.transport import Limits, make_bundle, vet_announcement
 

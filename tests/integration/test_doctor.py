@@ -1,0 +1,75 @@
+"""`swarm doctor` as a user runs it, against a real swarm on 127.0.0.1 (a bootstrap peer and two nodes'
+transports that have announced): all good, an announced address nobody answers on, a wrong swarm id."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import transport_swarm
+from tests.integration.test_hivemind_transport import _record
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def swarm2():
+    with transport_swarm(2, poll_interval_s=0.2) as (maddrs, peers):
+        for i, p in enumerate(peers):
+            p.publish([_record(p.peer_id, 0, i)])
+        yield maddrs
+
+
+def _doctor(maddrs: list[str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "node.cli", "doctor", "--initial-peers", maddrs[0],
+                           "--listen", "3", *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def _line(out: str, name: str) -> str:
+    return next(line for line in out.splitlines() if line.strip()[2:].startswith(name))
+
+
+def test_all_good(swarm2, tmp_path):
+    proc = _doctor(swarm2, "--identity", str(tmp_path / "node.key"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("bootstrap", "reachability", "clock", "swarm"):
+        assert _line(proc.stdout, name).strip().startswith("✓"), proc.stdout
+    assert "2 node(s) of swarm 'rlswarm' (protocol v2) answered" in proc.stdout
+    assert "all checks passed" in proc.stdout
+
+
+def test_an_announced_address_nobody_answers_on(swarm2):
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _doctor(swarm2, "--announce-maddrs", f"/ip4/127.0.0.1/tcp/{port}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _line(proc.stdout, "reachability")
+    assert line.strip().startswith("✗") and f"/ip4/127.0.0.1/tcp/{port}" in line
+    assert "fix: announce the address peers can dial" in proc.stdout
+    assert _line(proc.stdout, "swarm").strip().startswith("✓")  # the rest still works
+
+
+def test_a_wrong_swarm_id(swarm2):
+    proc = _doctor(swarm2, "--swarm-id", "someone-else")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _line(proc.stdout, "swarm")
+    assert line.strip().startswith("✗") and "run swarm 'rlswarm'" in line and "'someone-else'" in line
+    assert "--swarm-id rlswarm" in proc.stdout
+
+
+def test_no_initial_peers_and_an_unreachable_bootstrap():
+    proc = subprocess.run([sys.executable, "-m", "node.cli", "doctor"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "no initial peers" in proc.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = f"/ip4/127.0.0.1/tcp/{port}/p2p/QmXTTgNGTxwTVW3QJwHrnUsnE5WebzRS7kziajcqpejbJ4"
+    proc = _doctor([dead], "--set", "swarm.startup_timeout_s=5")
+    assert proc.returncode == 1 and "none of the initial peers answered" in proc.stdout, proc.stdout + proc.stderr
