@@ -20,7 +20,7 @@ B. IS-weight variance vs policy gap (gepo paper §3, Fig. 2 idea): for growing �
    `is_weight_var` is printed next to the KL estimate; plus the re-tokenised tiny-qwen2 pair.
 
     python -m bench.fis_ablation [--steps 10] [--losses nois tis f-tis] [--sigma-a 0.75]
-                                 [--sigmas 0 0.25 0.5 0.75 1 1.5] [--lr 1e-4]
+                                 [--sigmas 0 0.25 0.5 0.75 1 1.5] [--lr 1e-4] [--part B --b-seeds 0 1 2]
 
 Writes bench/results/fis_ablation.json and fis_ablation.png. Small defaults: < 5 min on 2 cores.
 """
@@ -136,43 +136,62 @@ def variance_point(learner, tok, sampler: Sampler, args, round_: int) -> dict:
     groups = sampler.groups(round_, args.prompts)
     rows = build_rows(groups, tok, lambda task: render_prompt(tok, task.question, None))
     inputs = loss_inputs(learner, rows, 1.0, tok.pad_token_id)
-    token, seq = build_loss("grpo")(inputs).metrics, build_loss("gepo")(inputs).metrics
+    token, gepo = build_loss("grpo")(inputs).metrics, build_loss("gepo")(inputs).metrics
+    seq = build_loss("gspo")(inputs).metrics  # its weight metrics are of the unclipped p_i/q_i
     return {"kl_beh": token["kl_beh"], "token_is_var": token["is_weight_var"], "token_is_max": token["is_weight_max"],
-            "gepo_var": seq["is_weight_var"], "gepo_max": seq["is_weight_max"],
+            "seq_is_var": seq["is_weight_var"], "seq_is_max": seq["is_weight_max"],
+            "gepo_var": gepo["is_weight_var"], "gepo_max": gepo["is_weight_max"],
             "reward_mean": statistics.fmean(r for g in groups for r in g.rewards)}
 
 
 def variance_vs_gap(base, tok, source, args) -> list[dict]:
-    """Part B: IS-weight variance of token IS (grpo) vs GEPO for growing σ, and a re-tokenised pair."""
+    """Part B: IS-weight variance of token IS (grpo), sequence IS p/q (gspo's ratio) and GEPO for growing σ,
+    and a re-tokenised pair; with several seeds (`--b-seeds`) each point is the mean over them and the
+    GEPO / sequence-IS ratio is also given per seed (min–max)."""
     base.eval()
-    points = []
-    for i, sigma in enumerate(args.sigmas):
-        torch.manual_seed(args.seed)
-        sampler = Sampler(perturbed(base, sigma, args.seed + 100 + i), tok, source, args, aligned=True)
-        points.append({"behaviour": f"perturbed σ={sigma:g}", "sigma": sigma,
-                       **variance_point(base, tok, sampler, args, 20_000)})
+    keys = ("kl_beh", "token_is_var", "seq_is_var", "gepo_var", "token_is_max", "seq_is_max", "gepo_max", "reward_mean")
+    behaviours = [(f"perturbed σ={sigma:g}", sigma, i) for i, sigma in enumerate(args.sigmas)]
     if args.hetero:
-        other = load_model(ModelConfig(spec="tiny-qwen2"))
-        torch.manual_seed(args.seed)
-        sampler = Sampler(other.model, other.tokenizer, source, args, aligned=False)
-        points.append({"behaviour": "tiny-qwen2 (re-tokenised)", "sigma": None,
-                       **variance_point(base, tok, sampler, args, 20_000)})
+        behaviours.append(("tiny-qwen2 (re-tokenised)", None, None))
+    points = []
+    for label, sigma, i in behaviours:
+        per_seed = []
+        for seed in args.b_seeds:
+            torch.manual_seed(seed)
+            if sigma is None:
+                other = load_model(ModelConfig(spec="tiny-qwen2"))
+                sampler = Sampler(other.model, other.tokenizer, source, args, aligned=False)
+            else:
+                sampler = Sampler(perturbed(base, sigma, seed + 100 + i), tok, source, args, aligned=True)
+            per_seed.append(variance_point(base, tok, sampler, args, 20_000 + 100 * seed))
+        ratios = [p["gepo_var"] / p["seq_is_var"] for p in per_seed if p["seq_is_var"] > 0]
+        points.append({"behaviour": label, "sigma": sigma, "seeds": len(per_seed),
+                       **{k: statistics.fmean(p[k] for p in per_seed) for k in keys},
+                       "gepo_over_seq_min": min(ratios, default=float("nan")),
+                       "gepo_over_seq_max": max(ratios, default=float("nan")), "per_seed": per_seed})
     return points
 
 
 def plot(stab: dict, points: list[dict], path) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    """A's gradient norms and losses (when run) and B's variance against σ."""
+    if not stab:
+        fig, ax = plt.subplots(1, 1, figsize=(6.5, 4.2))
+        axes = [None, None, ax]
+    else:
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for name, res in stab.items():
         st = [s for s in res["steps"] if s["stepped"]]
         axes[0].plot([s["step"] for s in st], [s["grad_norm"] for s in st], marker="o", label=name)
         axes[1].plot([s["step"] for s in st], [s["loss"] for s in st], marker="o", label=name)
-    axes[0].set(title="A. pre-clip gradient norm per step", xlabel="step", ylabel="‖g‖", yscale="log")
-    axes[1].set(title="A. loss per step", xlabel="step", ylabel="loss")
-    for ax in axes[:2]:
-        ax.legend()
+    if stab:
+        axes[0].set(title="A. pre-clip gradient norm per step", xlabel="step", ylabel="‖g‖", yscale="log")
+        axes[1].set(title="A. loss per step", xlabel="step", ylabel="loss")
+        for ax in axes[:2]:
+            ax.legend()
     pts = [p for p in points if p["sigma"] is not None]
     sig = [p["sigma"] for p in pts]
     axes[2].plot(sig, [max(p["token_is_var"], 1e-6) for p in pts], marker="o", label="token IS (grpo)")
+    axes[2].plot(sig, [max(p["seq_is_var"], 1e-6) for p in pts], marker="^", label="sequence IS p/q (gspo)")
     axes[2].plot(sig, [max(p["gepo_var"], 1e-6) for p in pts], marker="s", label="GEPO")
     for p in pts:  # the policy gap each σ produced
         axes[2].annotate(f"KL {p['kl_beh']:.2g}", (p["sigma"], max(p["token_is_var"], 1e-6)), fontsize=7,
@@ -200,29 +219,39 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--b-seeds", type=int, nargs="+", default=[0], help="B: seeds per point (behaviour and samples)")
+    ap.add_argument("--part", choices=["A", "B", "AB"], default="AB", help="which parts to run")
+    ap.add_argument("--tag", default="")
     args = ap.parse_args()
     set_threads(args.threads)
     t0 = time.perf_counter()
     loaded = load_model(ModelConfig(spec=LEARNER))
     base, tok, source = loaded.model, loaded.tokenizer, task_source(LEARNER)
 
-    stab = stability(base, tok, source, args)
-    summary = [summarise(n, r) for n, r in stab.items()]
-    print(f"== A. {args.steps} steps on groups from perturbed(σ={args.sigma_a}), lr {args.lr}, "
-          f"{args.prompts}×{args.group_size} per batch")
-    print(table(summary, list(summary[0])))
-    points = variance_vs_gap(base, tok, source, args)
-    for p in points:
-        p["gepo_over_token_var"] = p["gepo_var"] / p["token_is_var"] if p["token_is_var"] > 0 else float("nan")
-    print(f"\n== B. IS-weight variance vs policy gap ({args.prompts}×{args.group_size} completions each)")
-    print(table(points, ["behaviour", "kl_beh", "token_is_var", "gepo_var", "gepo_over_token_var",
-                         "token_is_max", "gepo_max", "reward_mean"]))
+    stab, summary, points = {}, [], []
+    if "A" in args.part:
+        stab = stability(base, tok, source, args)
+        summary = [summarise(n, r) for n, r in stab.items()]
+        print(f"== A. {args.steps} steps on groups from perturbed(σ={args.sigma_a}), lr {args.lr}, "
+              f"{args.prompts}×{args.group_size} per batch")
+        print(table(summary, list(summary[0])))
+    if "B" in args.part:
+        points = variance_vs_gap(base, tok, source, args)
+        for p in points:
+            p["gepo_over_token_var"] = p["gepo_var"] / p["token_is_var"] if p["token_is_var"] > 0 else float("nan")
+            p["gepo_over_seq_var"] = p["gepo_var"] / p["seq_is_var"] if p["seq_is_var"] > 0 else float("nan")
+        print(f"\n== B. IS-weight variance vs policy gap ({args.prompts}×{args.group_size} completions each, "
+              f"mean over seeds {args.b_seeds})")
+        print(table(points, ["behaviour", "kl_beh", "token_is_var", "seq_is_var", "gepo_var", "gepo_over_token_var",
+                             "gepo_over_seq_var", "gepo_over_seq_min", "gepo_over_seq_max", "token_is_max",
+                             "seq_is_max", "gepo_max", "reward_mean"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    png = RESULTS / "fis_ablation.png"
-    plot(stab, points, png)
-    path = write_json("fis_ablation", {"args": vars(args), "learner": LEARNER, "stability_summary": summary,
-                                       "stability": stab, "variance_vs_gap": points,
-                                       "seconds": time.perf_counter() - t0})
+    png = RESULTS / f"fis_ablation{args.tag}.png"
+    if points:
+        plot(stab, points, png)
+    path = write_json(f"fis_ablation{args.tag}", {"args": vars(args), "learner": LEARNER, "stability_summary": summary,
+                                                  "stability": stab, "variance_vs_gap": points,
+                                                  "seconds": time.perf_counter() - t0})
     print(f"\nwrote {path} and {png} in {time.perf_counter() - t0:.0f} s")
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from losses.config import GRPOConfig, LossConfig
 from node.federated.config import FederatedConfig
 from node.generation.config import GenerationConfig
+from node.heterorl.config import HeteroRLConfig, Role, check_role
 from node.metrics import MetricsConfig
 from node.models.config import ModelConfig
 from node.round.config import IngestConfig, SelectConfig, TrainConfig
@@ -64,6 +65,10 @@ class NodeConfig(BaseModel):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     federated: FederatedConfig | None = Field(None, description="Federated mode (LoRA averaging); null = off.")
+    role: Role = Field("full", description="full: sample, share and train; sampler: generate and publish with "
+                       "a learner's weights, never train; learner: train on samplers' rollouts, publish weights "
+                       "(HeteroRL, docs/ARCHITECTURE.md §12).")
+    heterorl: HeteroRLConfig = Field(default_factory=HeteroRLConfig)
 
     @model_validator(mode="after")
     def _federated_needs_lora(self) -> NodeConfig:
@@ -74,6 +79,7 @@ class NodeConfig(BaseModel):
         if self.federated is not None and self.train.autocast == "float16":
             raise ValueError("train.autocast float16 is not available in federated mode (its loss scale would "
                              "also divide the FedProx term); use bfloat16")
+        check_role(self.role, self)
         return self
 
 

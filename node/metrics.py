@@ -99,8 +99,9 @@ class Prom:
     def observe(self, m: dict[str, Any]) -> None:
         n = self.node
         self.rounds.labels(n).inc()
-        self.reward.labels(n).set(m["reward_mean"])
-        self.accuracy.labels(n).set(m["accuracy"])
+        if m.get("reward_mean") is not None:  # None: a learner that received nothing this round
+            self.reward.labels(n).set(m["reward_mean"])
+            self.accuracy.labels(n).set(m["accuracy"])
         if m.get("eval_accuracy") is not None:
             self.eval_accuracy.labels(n).set(m["eval_accuracy"])
         self.published.labels(n).inc(m.get("groups_published", 0))
@@ -159,14 +160,18 @@ def progress_line(m: dict[str, Any]) -> str:
     ev = m.get("eval_accuracy")
     parts = [
         f"[{m['node']}] round {m['round']:>4}",
-        f"reward {m['reward_mean']:.3f}",
-        f"acc {m['accuracy']:.3f}",
+        f"reward {m['reward_mean']:.3f}" if m.get("reward_mean") is not None else "reward   -  ",
+        f"acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else "acc   -  ",
         f"eval {ev:.3f}" if ev is not None else "eval   -  ",
         f"groups {m['groups_local']}+{m['groups_external']}",
         f"loss {m['loss']:+.4f}" if m.get("rows_trained") else "no step    ",
         f"{m['tokens_per_s']:.0f} tok/s",
         f"round {m['round_s']:.1f}s",
     ]
+    if m.get("weights_loaded"):
+        parts.append(f"weights v{m['weights_version']} loaded")
+    if m.get("staleness_max") is not None:
+        parts.append(f"staleness p50 {m['staleness_p50']} max {m['staleness_max']}")
     if m.get("public"):
         parts.append("public step")
     if "avg_averaged" in m:  # federated averaging boundary

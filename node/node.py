@@ -3,7 +3,7 @@
 `Node` holds state across rounds (weights, optimizer, round counter, policy version, the pool of
 external groups); its `mode` picks the round function (node.runner): `node.round.loop.run_round()`
 for a node that samples, shares and trains, `node.federated.round.run_federated_round()` in
-federated mode.
+federated mode, node.heterorl's `run_sampler_round()` / `run_learner_round()` for those roles.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from node import checkpoint
 from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
+from node.heterorl.state import build_role_state
 from node.metrics import EvalResult, MetricsLog
 from node.models.device import place
 from node.models.load import load_model
@@ -54,6 +55,7 @@ class Node:
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name
+        self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
         self.federated = None
         if cfg.federated is not None:
             print(self.tasks.describe(), flush=True)
@@ -77,7 +79,9 @@ class Node:
     @property
     def mode(self) -> str:
         """Which round function runs this node (node.runner.ROUND_FUNCTIONS)."""
-        return "federated" if self.federated is not None else "sapo"
+        if self.federated is not None:
+            return "federated"
+        return "sapo" if self.cfg.role == "full" else self.cfg.role
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_of(self, task) -> str:
@@ -149,5 +153,7 @@ class Node:
             self.generator.close()
         if self.federated is not None:
             self.federated.close()
+        if self.hetero is not None:
+            self.hetero.channel.close()
         if self.transport is not None:
             self.transport.shutdown()

@@ -7,6 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from node.federated.round import run_federated_round
+from node.heterorl.learner import run_learner_round
+from node.heterorl.sampler import run_sampler_round
+from node.heterorl.state import role_state
 from node.round.loop import run_round
 from swarm.health import TransportDied, TransportWatch
 
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
 ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
     "sapo": run_round,  # sample, share, train (node.round.loop)
     "federated": run_federated_round,  # private rounds, public steps, adapter averaging
+    "sampler": run_sampler_round,  # HeteroRL: generate with a learner's weights, publish, never train
+    "learner": run_learner_round,  # HeteroRL: train on samplers' rollouts, broadcast weights
 }
 
 
@@ -26,6 +31,8 @@ def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     child or p2pd died stops with TransportDied instead of running rounds with no peers.
     """
     round_fn = ROUND_FUNCTIONS[node.mode]
+    if node.cfg.role != "full":
+        role_state(node)  # a sampler or learner without a swarm stops here, before any work
     watch = TransportWatch(node.transport)
     meet_peers(node)
     out = []

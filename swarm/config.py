@@ -92,8 +92,9 @@ class SwarmConfig(BaseModel):
     max_age_s: float = Field(600.0, ge=5, le=86400, description="bundles older than this are not fetched, "
                              "served or trained on; also the DHT expiration of our announcements")
     max_clock_skew_s: float = Field(120.0, ge=0, le=3600, description="tolerated future timestamps from peers' clocks")
-    max_fetches_per_window: int = Field(16, ge=1, le=100_000, description="fan-in: most bundles fetched per "
-                                        "window_s of wall time from all peers together (fair per peer, newest first)")
+    max_fetches_per_window: int = Field(16, ge=0, le=100_000, description="fan-in: most bundles fetched per "
+                                        "window_s of wall time from all peers together (fair per peer, newest "
+                                        "first); 0 = none (a sampler, which never trains)")
     notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
                               "directly (the DHT is the fallback); 0 = DHT only")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups when its pool "

@@ -141,11 +141,31 @@ class HivemindTransport:
             raise SwarmError("transport is not running (never started, or shut down)")
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self._loop).result(timeout + 5)
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         """Run `coro` on the loop in the background; the task set keeps it referenced until done."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def run_on_loop(self, coro, timeout: float):
+        """Run `coro` on the transport's loop, where its DHT calls and p2p live, and return its result
+        (extensions on the same peer: swarm.hivemind_weights)."""
+        return self._call(coro, timeout)
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Start background work on the loop (call it there); it is cancelled at shutdown."""
+        return self._spawn(coro)
+
+    @property
+    def p2p(self):
+        """The p2p replica streams are opened and served on (set once started)."""
+        return self._p2p
+
+    @property
+    def signing_subkey(self) -> bytes:
+        """The DHT subkey our signed values are stored under: [owner:<our RSA public key>]."""
+        return self._validator.local_public_key
 
     @property
     def dht(self) -> DHT:

@@ -1,7 +1,8 @@
 """`swarm local`: a bootstrap peer + N node processes on 127.0.0.1, one combined progress view.
 
-Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). When one
-config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
+Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). With a
+learner (`--samplers K`, node.heterorl.local), the samplers run until the learner's rounds are done
+and are then stopped (status "stopped (learner done)", not a failure). When one config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
 ``tasks.seed=tasks.seed+i`` — its own task stream, the same held-out set (tasks.eval_seed) — so
 the nodes have different groups to exchange. With `metrics.prometheus_port` set, node i serves
 /metrics on that port + i (printed at start). A node that dies stops the run at once: its last log
@@ -21,27 +22,44 @@ from typing import Any
 
 from node.cli.args import parse_sets
 from node.config import ConfigError, NodeConfig, load_config
+from node.heterorl.local import role_sets
 from node.metrics import progress_line, read_metrics
 from swarm.local import Child, start_bootstrap, start_node, stop_all, tail_lines
+
+
+SAMPLER_ROUNDS = 10_000_000  # a sampler of a local learner runs until the learner is done
 
 
 def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
     """(name, config path, resolved config, extra CLI args) per node; validates every config first."""
     configs = list(args.config)
-    if args.nodes < 1:
+    samplers = getattr(args, "samplers", None)
+    if samplers is not None:  # HeteroRL: node 0 learns, nodes 1..K sample (node.heterorl.local)
+        if samplers < 1 or len(configs) != 1:
+            raise ConfigError("--samplers takes K ≥ 1 and one --config, shared by the learner and its samplers")
+        configs = configs * (1 + samplers)
+    elif args.nodes < 1:
         raise ConfigError("--nodes must be at least 1")
-    if len(configs) == 1:
+    elif len(configs) == 1:
         configs = configs * args.nodes
     elif len(configs) != args.nodes:
         raise ConfigError(f"--config takes one file or one per node: got {len(configs)} for --nodes {args.nodes}")
     user_sets = list(args.set or [])
-    threads = max(1, (os.cpu_count() or 2) // args.nodes)
-    plan, names = [], set()
+    threads = max(1, (os.cpu_count() or 2) // len(configs))
+    bases, names, roles = [], [], []
     for i, path in enumerate(configs):
         base = load_config(path, {"rounds": args.rounds} if args.rounds is not None else None)
+        role = base.role if samplers is None else ("learner" if i == 0 else "sampler")
+        name = f"{base.name}-{i}" if configs.count(path) > 1 or base.name in names else base.name
+        if samplers is not None:
+            name = f"{base.name}-learner" if i == 0 else f"{base.name}-sampler-{i}"
+        bases.append(base)
+        names.append(name)
+        roles.append(role)
+    hetero = role_sets(roles, names, bases, Path(args.out)) if set(roles) != {"full"} else [[] for _ in configs]
+    plan = []
+    for i, (path, base, name) in enumerate(zip(configs, bases, names)):
         shared = configs.count(path) > 1
-        name = f"{base.name}-{i}" if shared or base.name in names else base.name
-        names.add(name)
         sets = [f"name={name}", "swarm.enabled=true", "metrics.console=false",
                 f"swarm.start_with_peers={len(configs) - 1}"]  # start together; no lockstep after that
         if shared:
@@ -50,9 +68,14 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
             sets += [f"federated.split.client={i}", f"federated.split.clients={args.nodes}"]
         if base.torch_threads is None:
             sets.append(f"torch_threads={threads}")
+        sets += hetero[i]
+        rounds = args.rounds
+        if roles[i] == "sampler" and "learner" in roles:  # samples as long as its learner trains
+            sets.append(f"rounds={SAMPLER_ROUNDS}")
+            rounds = None
         extra = [a for s in sets + user_sets for a in ("--set", s)]
-        cfg = load_config(path, _as_overrides(sets + user_sets, args.rounds))
-        plan.append((name, path, cfg, extra + (["--rounds", str(args.rounds)] if args.rounds is not None else [])))
+        cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
+        plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds is not None else [])))
     return plan
 
 
@@ -132,8 +155,8 @@ def run_local(args) -> int:
         children += nodes.values()
         failed = _supervise(bootstrap, nodes, plan, out, maddrs, getattr(args, "restart", 0), status, children)
         for name, c in nodes.items():
-            if failed and c.poll() is None:
-                status[name] = "stopped"
+            if c.poll() is None:  # a sampler after its learners finished, or anything after a failure
+                status[name] = "stopped" if failed else "stopped (learner done)"
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every node (checkpoints are kept)", flush=True)
@@ -150,10 +173,12 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
                status: dict[str, str], children: list[Child]) -> str | None:
     """Print progress until every node has exited; a node (or the bootstrap) that dies with a non-zero
     code is restarted while `restarts` allow, else its last log lines are printed and the run stops.
-    Returns the name of what failed, or None."""
+    Returns the name of what failed, or None. With learners in the plan, the run is done when they
+    are (their samplers run until then and are stopped by the caller, not counted as failures)."""
     tails = {name: _Tail(out / name / "metrics.jsonl") for name in nodes}
     left = dict.fromkeys(nodes, restarts)
     args_of = {name: (path, extra) for name, path, _cfg, extra in plan}
+    ends = [name for name, _, cfg, _ in plan if cfg.role == "learner"] or list(nodes)
     while True:
         for tail in tails.values():
             for m in tail.new():
@@ -179,7 +204,7 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
             path, extra = args_of[name]
             nodes[name] = start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra)
             children.append(nodes[name])
-        if all(c.poll() == 0 for c in nodes.values()):
+        if all(nodes[name].poll() == 0 for name in ends):
             for tail in tails.values():  # the last lines written before exit
                 for m in tail.new():
                     print(progress_line(m), flush=True)
@@ -187,7 +212,8 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
         time.sleep(0.5)
 
 
-def _mean(xs: list[float]) -> float | None:
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
 

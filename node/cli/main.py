@@ -3,6 +3,7 @@
   swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ... | --initial-peers-file PATH|URL]
              [--identity FILE] [--host-maddrs ...] [--announce-maddrs ...] [--client-mode] [--set k=v ...]
   swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N]
+  swarm local --samplers K --config FILE [--rounds N] [--out DIR] [--restart N]   (HeteroRL: a learner + K samplers)
   swarm bootstrap [--host-maddrs ...] [--announce-maddrs ...] [--identity FILE] [--maddrs-file FILE]
   swarm doctor [--config FILE] [network flags as for node]
   swarm models list | fetch NAME
@@ -231,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--nodes", type=int, default=2)
     lo.add_argument("--config", required=True, nargs="+",
                     help="one config for all nodes, or one per node")
+    lo.add_argument("--samplers", type=int, metavar="K",
+                    help="HeteroRL: one learner and K samplers that follow it, all from the one --config "
+                         "(instead of --nodes)")
     lo.add_argument("--rounds", type=int)
     lo.add_argument("--out", default="runs/local")
     lo.add_argument("--set", action="append", metavar="KEY=VALUE")

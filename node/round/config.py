@@ -1,4 +1,5 @@
-"""Configs of the round's steps: train (optimizer and step shape), select (SAPO I/J), ingest (freshness).
+"""Configs of the round's steps: train (optimizer and step shape), select (SAPO I/J), ingest (freshness,
+the staleness bound in the learner's steps and the delay simulator of HeteroRL experiments).
 
 Torch-free, so that validating a node's YAML imports neither torch nor the round's code.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from node.models.config import PlacementConfig
 
@@ -60,6 +61,41 @@ class SelectConfig(BaseModel):
     )
 
 
+class DelayConfig(BaseModel):
+    """Simulated network delay (node.round.delay): a learner holds each incoming record this long before use.
+
+    lognormal (the gepo paper's §4.1 delay model, its authors' Time_Delay): T ~ LogNormal(mu_ln, sigma_ln),
+    delay = clip(T − offset_s, min_s, max_s) · time_scale; the defaults solve mu_ln ∓ 2.807·sigma_ln =
+    ln 60, ln 1920 (60–1920 s at 99.5 %). fixed: delay = fixed_s · time_scale. Seeded: the same seed draws the
+    same delays in the order records arrive.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["none", "lognormal", "fixed"] = Field("none", description="none = no simulated delay.")
+    mu_ln: float = Field(5.827, ge=-20, le=20, description="lognormal: mean of log T (T in seconds).")
+    sigma_ln: float = Field(0.617, ge=0, le=10, description="lognormal: standard deviation of log T.")
+    offset_s: float = Field(60.0, ge=0, le=1e6, description="lognormal: subtracted from T before clipping.")
+    min_s: float = Field(60.0, ge=0, le=1e6, description="lognormal: shortest delay before time_scale.")
+    max_s: float = Field(1920.0, ge=0, le=1e6, description="lognormal: longest delay before time_scale.")
+    fixed_s: float = Field(0.0, ge=0, le=1e6, description="fixed: the delay before time_scale.")
+    time_scale: float = Field(1.0, gt=0, le=1e3, description="Multiplies every delay (0.01 turns 60–1920 s into "
+                              "0.6–19.2 s for a run on one machine).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the draws.")
+    max_held: int = Field(4096, ge=1, le=1_000_000, description="Records held at once; more are dropped "
+                          "(delay_overflow).")
+
+    @model_validator(mode="after")
+    def _range(self) -> DelayConfig:
+        if self.min_s > self.max_s:
+            raise ValueError(f"min_s ({self.min_s:g}) exceeds max_s ({self.max_s:g})")
+        return self
+
+    @property
+    def longest_s(self) -> float:
+        """The longest delay this model can draw, in seconds after time_scale."""
+        return {"none": 0.0, "lognormal": self.max_s, "fixed": self.fixed_s}[self.kind] * self.time_scale
+
+
 class IngestConfig(BaseModel):
     """Which peers' records are fresh and small enough to learn from: by age in swarm time (never by
     round), and within this node's own work bounds."""
@@ -79,3 +115,17 @@ class IngestConfig(BaseModel):
         "tokens, or (another tokenizer) 4× this many in our re-tokenisation; null = this node's own "
         "generation.max_new_tokens.",
     )
+    max_delay_steps: int | None = Field(
+        None, ge=0, le=1_000_000, description="Learner (role learner) only: use a record only while its "
+        "learner version − policy_version ≤ this many optimizer steps, else drop it (stale_version); None = "
+        "no bound. The gepo paper sweeps 0, 4, 8, 16, 32, 64."
+    )
+    delay: DelayConfig = Field(default_factory=DelayConfig, description="Learner only: simulated network delay "
+                               "of incoming records (node.round.delay).")
+
+    @model_validator(mode="after")
+    def _delay_within_age(self) -> IngestConfig:
+        if self.delay.longest_s >= self.max_age_s:
+            raise ValueError(f"delay: the longest simulated delay ({self.delay.longest_s:g} s) must stay below "
+                             f"max_age_s ({self.max_age_s:g} s), or every delayed record ages out")
+        return self

@@ -43,14 +43,15 @@ def finish_round(node: Node, out: RoundOutcome) -> dict[str, Any]:
 
 
 def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, round_s: float) -> dict[str, Any]:
-    rewards = [r for g in out.local for r in g.rewards]
+    rewards = [r for g in out.local for r in g.rewards]  # none: a learner that received nothing this round
+    lengths = [len(c.token_ids) for g in out.local for c in g.completions]
     sel, step, gen = out.selection, out.step, out.gen
     return {
         "node": node.cfg.name,
         "round": out.round,
         "policy_version": node.policy_version,
-        "reward_mean": statistics.fmean(rewards),
-        "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards),
+        "reward_mean": statistics.fmean(rewards) if rewards else None,
+        "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
         "eval_accuracy": eval_accuracy,
         "eval_se": node.last_eval.se if eval_accuracy is not None and node.last_eval else None,
         "eval_accuracy_before": node.eval_before if out.round == 0 else None,
@@ -64,7 +65,7 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "external_peers": sorted({g.source for g in sel.groups if g.is_external}),
         "rows_trained": step.rows,
         "rows_dash_filtered": step.rows_filtered,
-        "completion_len_mean": statistics.fmean(len(c.token_ids) for g in out.local for c in g.completions),
+        "completion_len_mean": statistics.fmean(lengths) if lengths else None,
         "gen_s": gen.seconds,
         "tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
         "step_s": step.seconds,

@@ -3,8 +3,9 @@ nothing else. Before, `bad_token_id`, `task_not_allowed`, `unknown_dataset`, `fu
 and `stale_age` were counted but undocumented.
 
 Reasons are found in the source where they are raised or counted: `RecordError("…")`,
-`TaskError("…")`, `drops["…"]`, `.drop(…, "…")`, `reason = … "…"`, and the `return "…"` of
-the ingest checks. A new reason in any of those forms fails this test until the table has it.
+`TaskError("…")`, `WeightsRejected("…")`, `drops["…"]`, `.drop(…, "…")`, `reason = … "…"`,
+and the `return "…"` of the ingest checks and of the HeteroRL learner's staleness check. A new
+reason in any of those forms fails this test until the table has it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PATTERNS = [
-    r'(?:RecordError|_BundleError|TaskError)\(\s*"([a-z_]+)"',
+    r'(?:RecordError|_BundleError|TaskError|WeightsRejected)\(\s*"([a-z_]+)"',
     r'drops\[\s*"([a-z_]+)"\s*\]',
     r'\.drop\([^)\n]*?"([a-z_]+)"\s*\)',
 ]
@@ -33,6 +34,8 @@ def code_reasons() -> set[str]:
                 found |= set(re.findall(r'"([a-z_]+)"', line))
     ingest = (ROOT / "node" / "round" / "ingest.py").read_text()
     found |= set(re.findall(r'return "([a-z_]+)"', ingest))
+    learner = (ROOT / "node" / "heterorl" / "learner.py").read_text()  # staleness_reason's returns
+    found |= set(re.findall(r'return "([a-z_]+)"', learner))
     return found - NOT_REASONS
 
 

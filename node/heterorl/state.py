@@ -1,0 +1,113 @@
+"""A role's state on a node (built by Node for role sampler or learner): its weight channel and bookkeeping.
+
+    SamplerState   follows the configured learners' weights: loads the newest verified version into the
+                   model (and the generator: vLLM reloads), so every record it samples carries that version
+    LearnerState   publishes its weights (at start and every `publish_every` steps), holds incoming records
+                   in the delay line (ingest.delay), and counts what the staleness bound drops
+
+Both need a swarm: the channel lives on the node's transport (swarm.weights: the in-memory twin in
+tests and benches, swarm.hivemind_weights on a real one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from node.config import ConfigError
+from node.heterorl.weights import WeightsRejected, apply_weights, export_weights, weights_format
+from node.round.delay import DelayLine
+from swarm.weights import WeightLimits
+
+if TYPE_CHECKING:
+    from node.node import Node
+
+log = logging.getLogger(__name__)
+
+
+def open_channel(node: Node, follow: list[str]):
+    """The weight channel on the node's transport (in-memory twin or hivemind)."""
+    from swarm.memory import InMemoryTransport
+    from swarm.weights import InMemoryWeights, weight_hub_of
+
+    h = node.cfg.heterorl
+    fmt = weights_format(node.model)
+    limits = WeightLimits(max_bytes=h.max_weight_bytes, max_clock_skew_s=node.cfg.swarm.max_clock_skew_s)
+    if isinstance(node.transport, InMemoryTransport):
+        return InMemoryWeights(weight_hub_of(node.transport.hub), node.transport.peer_id, node.transport.swarm_id,
+                               follow=follow, fmt=fmt, limits=limits, keep=h.keep_versions)
+    from swarm.hivemind_weights import HivemindWeights
+
+    return HivemindWeights(node.transport, follow=follow, fmt=fmt, limits=limits, poll_interval_s=h.poll_interval_s,
+                           fetch_timeout_s=h.fetch_timeout_s, ttl_s=h.announce_ttl_s, keep=h.keep_versions)
+
+
+def build_role_state(node: Node):
+    """SamplerState / LearnerState for the node's role; None for role full, or without a swarm (`swarm eval`
+    builds a node that runs no round; a round then raises through `role_state`)."""
+    role = node.cfg.role
+    if role == "full" or node.transport is None:
+        return None
+    return SamplerState(node) if role == "sampler" else LearnerState(node)
+
+
+def role_state(node: Node):
+    """The node's role state, or ConfigError (one line, exit 2) when it has none: no swarm to work in."""
+    if node.hetero is None:
+        raise ConfigError(f"role {node.cfg.role} needs a swarm: set swarm.enabled or pass --initial-peers")
+    return node.hetero
+
+
+class SamplerState:
+    def __init__(self, node: Node):
+        if not node.cfg.heterorl.follow:
+            raise ConfigError("role sampler needs heterorl.follow: the learner's peer id (it prints it at start)")
+        self.channel = open_channel(node, node.cfg.heterorl.follow)
+        self.drops: Counter = Counter()
+        self.learner: str | None = None  # whose weights the model holds (None: its own initial weights)
+
+    def follow(self, node: Node) -> dict[str, Any]:
+        """Load the newest verified weights, if any arrived; returns this round's weight metrics."""
+        update = self.channel.take()
+        self.drops.update(self.channel.take_drops())
+        out: dict[str, Any] = {"weights_loaded": False}
+        if update is not None:
+            try:
+                if not update.relabel:  # relabel: the weights we hold, under the learner's new version
+                    apply_weights(node.model, update.data, update.format)
+            except WeightsRejected as exc:
+                self.drops[exc.reason] += 1
+                log.warning("weights v%d from %s rejected: %s", update.version, update.learner[:12], exc)
+            else:
+                node.policy_version = update.version
+                node.generator.sync_weights(node.model, update.version, force=True)
+                self.learner = update.learner
+                out.update(weights_loaded=True, weights_bytes=len(update.data),
+                           weights_latency_s=round(update.latency_s, 3))
+        out.update(weights_version=node.policy_version, weights_learner=self.learner)
+        return out
+
+    def take_drops(self) -> dict[str, int]:
+        drops, self.drops = self.drops, Counter()
+        return {f"weights_{k}": v for k, v in drops.items()}
+
+
+class LearnerState:
+    def __init__(self, node: Node):
+        self.channel = open_channel(node, [])
+        self.delay: DelayLine = DelayLine(node.cfg.ingest.delay)
+        self.published: int | None = None  # version of the weights we announced last
+        self.accept_from = frozenset(node.cfg.heterorl.accept_from)
+
+    def publish_due(self, node: Node) -> bool:
+        if self.published is None:
+            return True
+        return node.policy_version - self.published >= node.cfg.heterorl.publish_every or node.policy_version < self.published
+
+    def publish(self, node: Node) -> dict[str, Any]:
+        """Announce and serve our current weights; returns metrics."""
+        data = export_weights(node.model)
+        ann = self.channel.publish(node.policy_version, data, weights_format(node.model))
+        self.published = node.policy_version
+        return {"weights_published": ann.version, "weights_bytes": ann.nbytes}
