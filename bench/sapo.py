@@ -12,10 +12,12 @@ thread — so runs are reproducible and the only thing that differs between conf
 A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
 
 Reported per configuration (mean over seeds, 95 % t-interval across seeds; `*_vs_first` is the
-difference to the first split, 8/0, paired by seed — same task streams, same held-out items):
+difference to the 8/0 run, paired by seed — same task streams, same held-out items; `--combine`
+merges result files of separate invocations into one table and plot):
   cum_reward   Σ over rounds of the node's mean reward on its own rollouts, averaged over nodes
                (SAPO's "cumulative reward"; the sum over nodes is 4× this)
   gain         held-out accuracy after − before (tasks.eval_size items, same items), mean of nodes
+  worst_node_gain  the lowest single node's gain over all seeds (a node that collapsed shows here)
 and a plot: bench/results/sapo<tag>.png.
 
     python -m bench.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
@@ -120,7 +122,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="an update to compare, with config overrides (default: the config's own as 'sapo')")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--combine", nargs="+", metavar="NAME", help="no runs: merge bench/results/NAME.json files "
+                    "(runs of other splits or updates, same seeds) into one table and plot, named by --tag")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.tag)
     common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
     updates = {}
     for item in args.update or ["sapo="]:
@@ -144,18 +150,38 @@ def main(argv: list[str] | None = None) -> None:
                             "cum_reward_ci": cum_ci, "gain_mean": gain_m, "gain_ci": gain_ci,
                             "external_groups": statistics.fmean(sum(r["external_groups"]) for r in runs),
                             "runs": runs})
-    for r in results:  # paired by seed against the update's first split (the same task streams and held-out items)
-        base = next(x for x in results if x["update"] == r["update"])
+    report(results, vars(args), args.tag)
+
+
+def combine(names: list[str], tag: str) -> None:
+    """One table and plot from several result files; each update's rows paired against its 8/0 row
+    (or, when it has none, the first 8/0 row of any update: at 8/0 no peer rows exist, so every
+    update that treats own rows alike is the same run)."""
+    results = []
+    for name in names:
+        results += json.loads((RESULTS / f"{name}.json").read_text())["results"]
+    order = {s: i for i, s in enumerate(["8/0", "6/2", "4/4", "2/6"])}
+    results.sort(key=lambda r: (r["update"], order.get(r["split"], 9)))
+    report(results, {"combine": names}, tag)
+
+
+def report(results: list[dict], args: dict, tag: str) -> None:
+    """Paired differences, the table, the plot and the results file."""
+    for r in results:  # paired by seed against the 8/0 run (the same task streams and held-out items)
+        base = next((x for x in results if x["update"] == r["update"] and x["split"] == "8/0"),
+                    next((x for x in results if x["split"] == "8/0"), None))
+        base = base or next(x for x in results if x["update"] == r["update"])
         diffs = [a["cum_reward"] - b["cum_reward"] for a, b in zip(r["runs"], base["runs"])]
         gdiffs = [a["gain"] - b["gain"] for a, b in zip(r["runs"], base["runs"])]
         r["cum_vs_first"], r["cum_vs_first_ci"] = interval(diffs)
         r["gain_vs_first"], r["gain_vs_first_ci"] = interval(gdiffs)
+        r["worst_node_gain"] = min(a - b for run in r["runs"] for a, b in zip(run["after"], run["before"]))
     print(table(results, ["update", "split", "seeds", "cum_reward_mean", "cum_reward_ci", "cum_vs_first",
                           "cum_vs_first_ci", "gain_mean", "gain_ci", "gain_vs_first", "gain_vs_first_ci",
-                          "external_groups"]))
+                          "worst_node_gain", "external_groups"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(results, RESULTS / f"sapo{args.tag}.png")
-    write_json(f"sapo{args.tag}", {"args": vars(args), "results": results})
+    plot(results, RESULTS / f"sapo{tag}.png")
+    write_json(f"sapo{tag}", {"args": args, "results": results})
 
 
 if __name__ == "__main__":
