@@ -1,4 +1,4 @@
-"""Helpers shared by the bench scripts: model availability, chain_sum tasks, JSON results, tables.
+"""Helpers shared by the bench scripts: model availability, each lab model's task, JSON results, tables.
 
 Every bench script prints its numbers side by side in one run and writes them to
 `bench/results/<name>.json`; nothing here times anything or asserts a target.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from node.tasks.source import TaskSource  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 # The lab model's own task (node/models/lab.py recipe): easy two-term sums.
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+# lab-spell's own task (its recipe): reverse a 3–6 letter word.
+SPELL = {"min_word_len": 3, "max_word_len": 6}
 
 
 def model_cached(alias: str) -> bool:
@@ -39,8 +42,21 @@ def system_prompt_for(spec: str) -> str | None:
 
 
 def task_source(spec: str, seed: int = 0) -> TaskSource:
-    return TaskSource(TaskConfig(datasets=[DatasetSpec(name="chain_sum", config=CHAIN_SUM)], seed=seed,
-                                 system_prompt=system_prompt_for(spec), eval_size=0))
+    """The model's own task: spell_backward for lab-spell, easy chain_sum otherwise."""
+    data = DatasetSpec(name="spell_backward", config=SPELL) if spec == "lab-spell" else \
+        DatasetSpec(name="chain_sum", config=CHAIN_SUM)
+    return TaskSource(TaskConfig(datasets=[data], seed=seed, system_prompt=system_prompt_for(spec), eval_size=0))
+
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(xs: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95 % t-interval); half-width 0 for a single value."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def set_threads(n: int) -> None:

@@ -1,7 +1,8 @@
 """Toy-scale F-TIS ablation (issue 3): learning from another policy's groups, NoIS vs F-TIS, and
 IS-weight variance of token-level IS (GRPO) vs GEPO as the policy gap grows.
 
-Learner: the lab model (lab-chain-sum, real chain_sum rewards); behaviour policies are *other*
+Learner: a lab model (`--learner`: lab-spell with spell_backward by default, lab-chain-sum with
+chain_sum for the recorded part B), real reasoning-gym rewards; behaviour policies are *other*
 models whose groups the learner receives, as from a peer:
 
   perturbed(σ)   a copy of the learner with every weight tensor W ← W + σ·std(W)·N(0, 1) (seeded):
@@ -14,21 +15,25 @@ A. Stability (f-tis paper, ablation of the IS variant): N batches of B×G comple
    batches (only informative groups; advantages computed by the learner's verifier). Per step:
    loss, pre-clip gradient norm, the loss's IS weight mean/var/max, filtered fraction, k3 KL to
    μ; the learner's own sampled accuracy on a fixed held-out set before, midway and at the end.
+   Run it once per seed (`--part A --seed S --tag _aS`), then `--combine _a0 _a1 _a2` prints each
+   loss's held-out gain and its difference from NoIS, paired by seed, with 95 % t-intervals.
 B. IS-weight variance vs policy gap (gepo paper §3, Fig. 2 idea): for growing σ, B×G completions
    from perturbed(σ) are scored by the (untrained) learner and passed to the `grpo` loss (token
    weights exp(log π_θ − log μ_t)) and the `gepo` loss (sequence weights p_i / E_q[q]); their
    `is_weight_var` is printed next to the KL estimate; plus the re-tokenised tiny-qwen2 pair.
 
-    python -m bench.fis_ablation [--steps 10] [--losses nois tis f-tis] [--sigma-a 0.75]
+    python -m bench.fis_ablation [--learner lab-spell] [--steps 30] [--losses nois tis f-tis] [--sigma-a 0.5]
                                  [--sigmas 0 0.25 0.5 0.75 1 1.5] [--lr 1e-4] [--part B --b-seeds 0 1 2]
+    python -m bench.fis_ablation --combine _a0 _a1 _a2
 
-Writes bench/results/fis_ablation.json and fis_ablation.png. Small defaults: < 5 min on 2 cores.
+Writes bench/results/fis_ablation{tag}.json (and .png when B ran). Part A on lab-spell: about a minute per seed.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import statistics
 import time
@@ -39,7 +44,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from bench.common import RESULTS, set_threads, table, task_source, write_json  # noqa: E402
+from bench.common import RESULTS, interval, set_threads, table, task_source, write_json  # noqa: E402
 from losses import build_loss  # noqa: E402
 from node.generation.config import GenerationConfig  # noqa: E402
 from node.generation.hf import HFGenerator  # noqa: E402
@@ -49,8 +54,6 @@ from node.round.config import TrainConfig  # noqa: E402
 from node.round.groups import verify_group  # noqa: E402
 from node.round.train import build_rows, loss_inputs, train_step  # noqa: E402
 from node.tasks.source import render_prompt  # noqa: E402
-
-LEARNER = "lab-chain-sum"
 
 
 @torch.no_grad()
@@ -80,6 +83,7 @@ class Sampler:
 
 
 def accuracy(model, tokenizer, prompts: list[str], tasks, source, samples: int) -> float:
+    """Sampled exact-match accuracy (reward 1) over prompts × samples."""
     out = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=16)).generate(prompts, n=samples)
     rewards = [source.score(t, c.text) for t, g in zip(tasks, out.groups) for c in g]
     return sum(r >= 1.0 for r in rewards) / len(rewards)
@@ -204,29 +208,76 @@ def plot(stab: dict, points: list[dict], path) -> None:
     plt.close(fig)
 
 
+def combine(tags: list[str]) -> None:
+    """Part A over seeds: per loss the held-out gain (end − start) and its difference from NoIS, paired by seed."""
+    runs = [json.loads((RESULTS / f"fis_ablation{t}.json").read_text()) for t in tags]
+    seeds = [r["args"]["seed"] for r in runs]
+    by_loss = {}
+    for r in runs:
+        for row in r["stability_summary"]:
+            by_loss.setdefault(row["loss"], []).append(row)
+    base = {i: row["acc_end"] - row["acc_start"] for i, row in enumerate(by_loss.get("nois", []))}
+    rows = []
+    for name, per_seed in by_loss.items():
+        gains = [row["acc_end"] - row["acc_start"] for row in per_seed]
+        (g, gh), (d, dh) = interval(gains), interval([x - base[i] for i, x in enumerate(gains)] if base else [0.0])
+        rows.append({"loss": name, "seeds": len(per_seed), "acc_start": statistics.fmean(x["acc_start"] for x in per_seed),
+                     "gain": f"{g:+.3f} ± {gh:.3f}", "gain_vs_nois": f"{d:+.3f} ± {dh:.3f}",
+                     "per_seed_gain": " ".join(f"{x:+.3f}" for x in gains),
+                     "grad_norm_mean": statistics.fmean(x["grad_norm_mean"] for x in per_seed),
+                     "grad_norm_max": max(x["grad_norm_max"] for x in per_seed),
+                     "kl_beh": statistics.fmean(x["kl_beh"] for x in per_seed),
+                     "filtered_frac": statistics.fmean(x["filtered_frac"] for x in per_seed)})
+    a = runs[0]["args"]
+    print(f"== A over seeds {seeds}: learner {runs[0]['learner']}, {a['steps']} steps on perturbed(σ={a['sigma_a']}), "
+          f"held-out {a['eval_prompts']}×{a['eval_samples']}; 95 % t-intervals over seeds")
+    print(table(rows, list(rows[0])))
+    path = write_json("fis_ablation_a", {"tags": tags, "seeds": seeds, "rows": rows})
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for x, (name, per_seed) in enumerate(by_loss.items()):
+        gains = [row["acc_end"] - row["acc_start"] for row in per_seed]
+        m, h = interval(gains)
+        ax.errorbar([x], [m], yerr=[h], fmt="s", capsize=6, color="k")
+        ax.scatter([x + 0.08] * len(gains), gains, alpha=0.6, label="seeds" if x == 0 else None)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(by_loss)), list(by_loss))
+    ax.set(title=f"A. held-out gain after {a['steps']} steps on perturbed(σ={a['sigma_a']}) groups",
+           ylabel="accuracy end − start (mean, 95 % CI)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "fis_ablation_a.png", dpi=110)
+    plt.close(fig)
+    print(f"\nwrote {path} and {RESULTS / 'fis_ablation_a.png'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=10, help="A: optimizer steps per loss")
+    ap.add_argument("--learner", default="lab-spell", help="lab-spell (spell_backward) or lab-chain-sum (chain_sum)")
+    ap.add_argument("--steps", type=int, default=30, help="A: optimizer steps per loss")
     ap.add_argument("--losses", nargs="+", default=["nois", "tis", "f-tis"])
-    ap.add_argument("--sigma-a", type=float, default=0.75, help="A: behaviour perturbation")
+    ap.add_argument("--sigma-a", type=float, default=0.5, help="A: behaviour perturbation")
     ap.add_argument("--sigmas", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0, 1.5])
     ap.add_argument("--no-hetero", dest="hetero", action="store_false", help="B: skip the tiny-qwen2 pair")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--eval-prompts", type=int, default=32)
-    ap.add_argument("--eval-samples", type=int, default=2)
+    ap.add_argument("--eval-prompts", type=int, default=256)
+    ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--b-seeds", type=int, nargs="+", default=[0], help="B: seeds per point (behaviour and samples)")
     ap.add_argument("--part", choices=["A", "B", "AB"], default="AB", help="which parts to run")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--combine", nargs="+", metavar="TAG", help="only combine earlier part-A runs (their tags)")
     args = ap.parse_args()
+    if args.combine:
+        combine(args.combine)
+        return
     set_threads(args.threads)
     t0 = time.perf_counter()
-    loaded = load_model(ModelConfig(spec=LEARNER))
-    base, tok, source = loaded.model, loaded.tokenizer, task_source(LEARNER)
+    loaded = load_model(ModelConfig(spec=args.learner))
+    base, tok, source = loaded.model, loaded.tokenizer, task_source(args.learner)
 
     stab, summary, points = {}, [], []
     if "A" in args.part:
@@ -249,7 +300,7 @@ def main() -> None:
     png = RESULTS / f"fis_ablation{args.tag}.png"
     if points:
         plot(stab, points, png)
-    path = write_json(f"fis_ablation{args.tag}", {"args": vars(args), "learner": LEARNER, "stability_summary": summary,
+    path = write_json(f"fis_ablation{args.tag}", {"args": vars(args), "learner": args.learner, "stability_summary": summary,
                                                   "stability": stab, "variance_vs_gap": points,
                                                   "seconds": time.perf_counter() - t0})
     print(f"\nwrote {path} and {png} in {time.perf_counter() - t0:.0f} s")

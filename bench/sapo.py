@@ -33,22 +33,12 @@ import statistics
 import tempfile
 import time
 
-from bench.common import RESULTS, table, write_json
+from bench.common import RESULTS, interval, table, write_json
 from bench.learning_margin import parse_value
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
 from swarm.memory import InMemoryHub, InMemoryTransport
-
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def interval(xs: list[float]) -> tuple[float, float]:
-    """(mean, half-width of the 95 % t-interval); half-width 0 for a single value."""
-    m = statistics.fmean(xs)
-    if len(xs) < 2:
-        return m, 0.0
-    return m, T_975.get(len(xs) - 1, 1.96) * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def run_swarm(config: str, local: int, external: int, seed: int, rounds: int, nodes: int, overrides: dict) -> dict:
