@@ -357,15 +357,21 @@ def encode_announcement(a: Announcement) -> bytes:
     return msgpack.packb(asdict(a), use_bin_type=True)
 
 
-def decode_announcement(data: Any) -> Announcement:
-    """Validate a DHT announcement value (≤ 1 KiB msgpack map) or raise RecordError."""
-    if not isinstance(data, (bytes, bytearray)) or len(data) > 1024:
+def unpack_small_map(data: Any, limit: int = 1024) -> Any:
+    """Unpack an announcement-sized msgpack value (≤ limit bytes, flat: short strings, ≤ 16 keys, no arrays,
+    binaries or extensions) or raise RecordError("bad_announcement"); the caller checks the fields."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) > limit:
         raise RecordError("bad_announcement", "not bytes or larger than 1 KiB")
     try:
-        d = msgpack.unpackb(bytes(data), raw=False, max_str_len=256, max_array_len=0, max_map_len=16,
-                            max_bin_len=0, max_ext_len=0)
+        return msgpack.unpackb(bytes(data), raw=False, max_str_len=256, max_array_len=0, max_map_len=16,
+                               max_bin_len=0, max_ext_len=0)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
         raise RecordError("bad_announcement", str(exc)[:200]) from None
+
+
+def decode_announcement(data: Any) -> Announcement:
+    """Validate a DHT announcement value (≤ 1 KiB msgpack map) or raise RecordError."""
+    d = unpack_small_map(data)
     try:
         if isinstance(d, dict) and type(d.get("v")) is int and d["v"] != SCHEMA_VERSION:
             raise RecordError("version", f"announcement v{d.get('v')!r}, this node speaks v{SCHEMA_VERSION}")

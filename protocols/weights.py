@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from protocols.codec import RecordError
+from protocols.codec import RecordError, unpack_small_map
 from protocols.records import SCHEMA_VERSION
 
 FORMATS = ("full", "lora")  # safetensors of the whole state dict | of a peft adapter's tensors
@@ -48,13 +48,7 @@ def encode_weight_announcement(a: WeightAnnouncement) -> bytes:
 
 def decode_weight_announcement(data: Any) -> WeightAnnouncement:
     """Validate a weight announcement (msgpack map ≤ 1 KiB) or raise RecordError(bad_announcement | version)."""
-    if not isinstance(data, (bytes, bytearray)) or len(data) > MAX_WEIGHT_ANNOUNCEMENT:
-        raise RecordError("bad_announcement", "not bytes or larger than 1 KiB")
-    try:
-        d = msgpack.unpackb(bytes(data), raw=False, max_str_len=256, max_array_len=0, max_map_len=16,
-                            max_bin_len=0, max_ext_len=0)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
-        raise RecordError("bad_announcement", str(exc)[:200]) from None
+    d = unpack_small_map(data, MAX_WEIGHT_ANNOUNCEMENT)
     if not isinstance(d, dict):
         raise RecordError("bad_announcement", "not a map")
     if type(d.get("v")) is int and d["v"] != SCHEMA_VERSION:

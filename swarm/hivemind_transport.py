@@ -283,12 +283,7 @@ class HivemindTransport:
         return found[0] if found and found[1] >= time.time() - self.cfg.max_age_s else None
 
     async def _handle_stream(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.wait_for(wire.serve_bundle(reader, writer, self._lookup), self.cfg.fetch_timeout_s)
-        except (asyncio.TimeoutError, ConnectionError, wire.FetchError) as exc:
-            log.info("serving a bundle stream failed: %r", exc)
-        finally:
-            writer.close()
+        await wire.serve_stream(reader, writer, self._lookup, self.cfg.fetch_timeout_s, "a bundle stream")
 
     async def _handle_notify(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

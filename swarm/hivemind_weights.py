@@ -123,12 +123,7 @@ class HivemindWeights:
         return self._served.get(sha256) if swarm == self.swarm_id else None
 
     async def _handle(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.wait_for(wire.serve_bundle(reader, writer, self._lookup), self.fetch_timeout_s)
-        except (asyncio.TimeoutError, ConnectionError, wire.FetchError) as exc:
-            log.info("serving weights failed: %r", exc)
-        finally:
-            writer.close()
+        await wire.serve_stream(reader, writer, self._lookup, self.fetch_timeout_s, "weights")
 
     # ------------------------------------------------------------------ sampler side
 

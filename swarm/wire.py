@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 from collections.abc import Callable
 
@@ -100,6 +101,7 @@ def decode_header(data: bytes) -> tuple[str, int, str]:
     return obj["status"], obj["nbytes"], obj["sha256"]
 
 
+log = logging.getLogger(__name__)
 Lookup = Callable[[str, str], "bytes | None"]  # (swarm, sha256) -> bundle bytes or None
 
 
@@ -117,6 +119,17 @@ async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     await write_frame(writer, encode_header("ok", len(data), sha))
     await _write_data(writer, data)
     return "ok"
+
+
+async def serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup,
+                       timeout_s: float, what: str) -> None:
+    """A stream handler's body: answer one request within timeout_s, log a failure, always close."""
+    try:
+        await asyncio.wait_for(serve_bundle(reader, writer, lookup), timeout_s)
+    except (asyncio.TimeoutError, ConnectionError, FetchError) as exc:
+        log.info("serving %s failed: %r", what, exc)
+    finally:
+        writer.close()
 
 
 async def _write_data(writer: asyncio.StreamWriter, data: bytes) -> None:

@@ -2,6 +2,9 @@
 
     with transport_swarm(3, poll_interval_s=0.2) as (maddrs, peers): ...
 
+`bootstrap` starts a `swarm bootstrap` process for tests that run `swarm node` processes: it yields
+(its multiaddrs, a list of children) and stops every child in the list at the end.
+
 `swarm3` is the module-scoped fixture most integration tests use: a test module sets
 `SWARM3_CONFIG = {...}` (SwarmConfig fields) to tune its peers. Everything started is shut down
 on exit, also when a test fails, so no p2pd outlives the test session.
@@ -16,6 +19,8 @@ import pytest
 from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
 from swarm.hivemind_transport import HivemindTransport
+from swarm.local import start_bootstrap as start_bootstrap_process
+from swarm.local import stop_all
 
 
 def peer_config(initial_peers: list[str], **overrides) -> SwarmConfig:
@@ -43,3 +48,11 @@ def transport_swarm(n: int, **overrides):
 def swarm3(request):
     with transport_swarm(3, **getattr(request.module, "SWARM3_CONFIG", {})) as swarm:
         yield swarm
+
+
+@pytest.fixture
+def bootstrap(tmp_path):
+    boot, maddrs = start_bootstrap_process(tmp_path / "bootstrap.log")
+    children = [boot]
+    yield maddrs, children
+    stop_all(children, grace_s=10)

@@ -14,7 +14,6 @@ import pytest
 from hivemind.p2p import P2P, PeerID
 
 from swarm.hivemind_transport import HivemindTransport
-from swarm.local import start_bootstrap, stop_all
 from tests.integration.conftest import peer_config, transport_swarm
 from tests.integration.test_hivemind_transport import _record, _take_until
 from tests.integration.test_open_swarm import (
@@ -27,14 +26,6 @@ from tests.integration.test_open_swarm import (
 
 pytestmark = pytest.mark.integration
 FAST = {"poll_interval_s": 0.2, "fetch_timeout_s": 5}
-
-
-@pytest.fixture
-def bootstrap(tmp_path):
-    boot, maddrs = start_bootstrap(tmp_path / "bootstrap.log")
-    children = [boot]
-    yield maddrs, children
-    stop_all(children, grace_s=10)
 
 
 async def _connect_from_a_stranger(maddrs: list[str], peer_id: str) -> str:

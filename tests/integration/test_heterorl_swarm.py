@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.metrics import read_metrics
-from swarm.local import Child, start_bootstrap, start_node, stop_all
+from swarm.local import Child, start_node
+from tests.integration.test_open_swarm import _rows
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,11 +53,6 @@ def _config(tmp: Path, name: str, role: str, **heterorl) -> str:
     return str(path)
 
 
-def _rows(out: Path) -> list[dict]:
-    path = out / "metrics.jsonl"
-    return read_metrics(path) if path.is_file() else []
-
-
 def _wait(out: Path, child: Child, until, timeout: float, what: str) -> list[dict]:
     deadline = time.monotonic() + timeout
     while not until(rows := _rows(out)):
@@ -65,14 +60,6 @@ def _wait(out: Path, child: Child, until, timeout: float, what: str) -> list[dic
         assert time.monotonic() < deadline, f"{child.name}: {what} not within {timeout} s: {rows[-3:]}"
         time.sleep(0.5)
     return rows
-
-
-@pytest.fixture
-def bootstrap(tmp_path):
-    boot, maddrs = start_bootstrap(tmp_path / "bootstrap.log")
-    children = [boot]
-    yield maddrs, children
-    stop_all(children, grace_s=10)
 
 
 def test_learner_and_two_samplers(bootstrap, tmp_path):

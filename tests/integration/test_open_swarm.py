@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from node.metrics import read_metrics
-from swarm.local import Child, start_bootstrap, start_node, stop_all
+from swarm.local import Child, start_node, stop_all
 
 pytestmark = pytest.mark.integration
 
@@ -69,14 +69,6 @@ def _wait_rounds(out: Path, n: int, timeout: float, child: Child) -> list[dict]:
 
 def _peer_id(out: Path) -> str:
     return (out / "node.log").read_text().split(" peer ", 1)[1].split()[0]
-
-
-@pytest.fixture
-def bootstrap(tmp_path):
-    boot, maddrs = start_bootstrap(tmp_path / "bootstrap.log")
-    children = [boot]
-    yield maddrs, children
-    stop_all(children, grace_s=10)
 
 
 def _start(children, maddrs, tmp_path, name, config, *extra, niceness: int = 0,
