@@ -41,12 +41,14 @@ from node.round.loop import run_round
 from swarm.memory import InMemoryHub, InMemoryTransport
 
 
-def run_swarm(config: str, local: int, external: int, seed: int, rounds: int, nodes: int, overrides: dict) -> dict:
-    """One configuration, one seed: per-node reward curves and held-out accuracy before/after."""
+def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: int, overrides: dict) -> dict:
+    """One swarm (node k runs configs[k]), one seed: per-node reward curves, held-out accuracy
+    before/after, peers' groups used and their mean IS weight (rounds that used any)."""
     hub = InMemoryHub()
+    nodes = len(configs)
     with tempfile.TemporaryDirectory() as tmp:
         swarm = []
-        for k in range(nodes):
+        for k, config in enumerate(configs):
             opts = {"name": f"n{k}", "seed": 100 * seed + k, "tasks.seed": 100 * seed + k, "rounds": rounds,
                     "torch_threads": 1, "select.local_groups": local, "select.external_groups": external,
                     "generation.prompts_per_round": local + external, "eval.every": rounds,
@@ -58,17 +60,21 @@ def run_swarm(config: str, local: int, external: int, seed: int, rounds: int, no
                 node.eval_before = node.evaluate()
             curves = [[] for _ in swarm]
             externals = [0] * nodes
+            weights = [[] for _ in swarm]
             for r in range(rounds):
                 for k, node in enumerate(swarm):
                     m = run_round(node, r)
                     curves[k].append(m["reward_mean"])
                     externals[k] += m["groups_external"]
+                    if m["groups_external"] and "is_weight_external" in m:
+                        weights[k].append(m["is_weight_external"])
             after = [node.evaluate() for node in swarm]
             before = [node.eval_before for node in swarm]
         finally:
             for node in swarm:
                 node.close()
     return {"curves": curves, "before": before, "after": after, "external_groups": externals,
+            "external_weight": [statistics.fmean(w) if w else None for w in weights],
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}
 
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             runs = []
             for seed in args.seeds:
                 started = time.perf_counter()
-                run = run_swarm(args.config, i, j, seed, args.rounds, args.nodes, {**common, **over})
+                run = run_swarm([args.config] * args.nodes, i, j, seed, args.rounds, {**common, **over})
                 run.update(seed=seed, seconds=round(time.perf_counter() - started, 1))
                 print(json.dumps({"update": update, "split": split, **{k: v for k, v in run.items() if k != "curves"}}),
                       flush=True)

@@ -94,6 +94,15 @@ LAB_RECIPES: dict[str, LabRecipe] = {
         vocab_size=300, hidden=128, layers=4, heads=2, intermediate=256,
         stop_at=0.35, stop_metric="accuracy", threads=1,
     ),
+    # The same task with another tokenizer, for heterogeneous pairs (docs/BENCHMARKS.md §12): vocab
+    # 420 = 256 bytes + 5 specials + 159 merges, so common letter pairs are single tokens
+    # ("<answer>tenalp</answer>" is 10 tokens, t·en·al·p, against lab-spell's 12); another seed, the
+    # same size and stopping rule. Reaches the stop after ≈ 625 SFT steps (lab-spell: 250).
+    "lab-spell-wide": LabRecipe(
+        "spell_backward", {"min_word_len": 3, "max_word_len": 6}, seed=1,
+        vocab_size=420, hidden=128, layers=4, heads=2, intermediate=256,
+        stop_at=0.35, stop_metric="accuracy", threads=1,
+    ),
 }
 
 
@@ -269,3 +278,7 @@ def build_lab_chain_sum(out_dir: Path, progress: Progress = print) -> None:
 
 def build_lab_spell(out_dir: Path, progress: Progress = print) -> None:
     build_lab("lab-spell", out_dir, progress)
+
+
+def build_lab_spell_wide(out_dir: Path, progress: Progress = print) -> None:
+    build_lab("lab-spell-wide", out_dir, progress)

@@ -93,6 +93,12 @@ _BUILTINS: dict[str, _Builtin] = {
         "node.models.lab:build_lab_spell",
         1,
     ),
+    "lab-spell-wide": _Builtin(
+        "lab-spell's task with a coarser tokenizer (420 tokens) and another seed: a heterogeneous partner "
+        "for lab-spell; built in ~2 min",
+        "node.models.lab:build_lab_spell_wide",
+        1,
+    ),
 }
 
 BUILTIN_MODELS: dict[str, str] = {alias: b.description for alias, b in _BUILTINS.items()}
