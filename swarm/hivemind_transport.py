@@ -97,6 +97,7 @@ class HivemindTransport:
         self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
+        self._announcing: set = set()  # announcements whose DHT store is still running (concurrent futures)
         self._catch_up: list[int] = []  # older windows still to read once, newest first
         self._stopped = threading.Event()
         self._dht: DHT | None = None
@@ -187,6 +188,7 @@ class HivemindTransport:
         """Stop polling and serving, leave the DHT, stop the p2p daemon. Idempotent."""
         if self._stopped.is_set():
             return
+        self.flush()  # our last bundles' announcements, bounded by dht_timeout_s
         if self._loop is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._stop_async(), self._loop).result(10)
@@ -221,16 +223,40 @@ class HivemindTransport:
     # ------------------------------------------------------------------ publish (serve, announce, push)
 
     def publish(self, records: list[RolloutRecord]) -> int:
+        """Serve the bundle and start announcing it; returns its wire size without waiting for the DHT.
+
+        The DHT store runs on the transport's loop in the background: a store waits for the DHT nodes
+        nearest the key, which may be slow peers, and a round must not be paced by them. A store that
+        no DHT node accepted is counted (publish_failures) and logged when it completes.
+        """
         data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s)
         self._serve(ann, data)
+        if self._loop is None or self._stopped.is_set():
+            raise SwarmError("transport is not running (never started, or shut down)")
+        pending = asyncio.run_coroutine_threadsafe(self._announce_counted(ann, value), self._loop)
+        self._announcing.add(pending)
+        pending.add_done_callback(self._announcing.discard)
+        return len(data)
+
+    async def _announce_counted(self, ann: Announcement, value: bytes) -> None:
         try:
-            stored = self._call(self._announce(ann, value), self.cfg.dht_timeout_s)
-        except TimeoutError:
+            stored = await asyncio.wait_for(self._announce(ann, value), self.cfg.dht_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # timeout or DHT error: counted like a refusal
+            log.info("announcing our bundle failed: %r", exc)
             stored = False
         if not stored:
             self.publish_failures += 1
-            log.warning("no DHT node accepted our announcement; only pushed peers will see this bundle")
-        return len(data)
+            log.warning("no DHT node accepted our announcement; only notified peers will see this bundle")
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every announcement started so far has been stored or has failed (tests, shutdown)."""
+        for pending in list(self._announcing):
+            try:
+                pending.result(timeout if timeout is not None else self.cfg.dht_timeout_s + 5)
+            except Exception:  # cancelled at shutdown, or already counted
+                pass
 
     def _serve(self, ann: Announcement, data: bytes) -> None:
         """Keep our bundle for max_age_s, within serve_max_bytes (oldest out first)."""

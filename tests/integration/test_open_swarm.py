@@ -3,15 +3,11 @@
 1. A node that joins a running swarm trains on the others' groups as soon as it finds any, and
    they train on its groups within two of their rounds.
 2. Two nodes whose rounds differ ≥ 10× in length each train on the other's groups, and the fast
-   node's rounds are not slowed down to the slow node's pace. Both train on I + J = 4 groups of
-   the same shape per step (backfilled with their own when peers' are missing), so the fast node's
-   solo and paired rounds do the same work; the slow node is slow because it generates one sequence
-   per generate call (64 calls a round against the fast node's one) and takes 16 passes over its
-   batch (train.epochs), so its bundles stay small and cost the fast node little to take in. On a
-   2-core machine a busy slow process also takes CPU from the fast one, which is not what the test
-   is about (waiting on a slow peer): the slow node, with the processes it starts, is pinned to one
-   core at the lowest CPU priority, and the fast node's paired rounds are compared with its rounds
-   while an identical slow node runs in another swarm (same load, no exchange).
+   node's rounds are not slowed down to the slow node's pace: its median round stays within 1.2× of
+   an identical node's that runs at the same time, on the same core, in another swarm. Both train on
+   I + J = 4 groups of the same shape per step (backfilled with their own when peers' are missing),
+   so they do the same work; the slow node is slow because it generates one sequence per generate
+   call and takes 64 passes over its batch (train.epochs), so its bundles stay small.
 3. kill -9 of one of three nodes: the other two keep going without waiting for it; restarted with
    its identity, it exchanges again in its first round.
 Each node is a `tiny-qwen2` node on one torch thread (a random model: `drop_zero_advantage` off so
@@ -101,29 +97,33 @@ def test_a_late_joiner_and_the_swarm_train_on_each_other(bootstrap, tmp_path):
 
 def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path):
     maddrs, children = bootstrap
-    # the slow node (with its DHT process and p2pd) is pinned to one core at the lowest priority; the
-    # fast node's three processes may use every core (pinning them to one core of their own made the
-    # fast node's daemons compete with it as soon as a peer talked to them)
+    # the control runs *at the same time*: an identical fast node in another swarm (same machine, same
+    # load, no exchange). On this shared 2-core VM the speed of every process drifts by up to ±50 %
+    # between phases of one run, so a control measured before or after the paired rounds cannot bound
+    # a 1.2× ratio; a concurrent one shares every drift. The two fast nodes share one core (the
+    # scheduler gives them equal turns; left free, whichever one shared a core with the slow node ran
+    # up to 20 % slower than the other), the slow node has the other core: each node is pinned with
+    # the DHT process and p2pd it starts, so the fast node's daemons' exchange work is on its core.
     cores = sorted(os.sched_getaffinity(0))
-    pin = {cores[-1]} if len(cores) >= 2 else None
+    fast_cpus, slow_cpus = ({cores[0]}, {cores[-1]}) if len(cores) >= 2 else (None, None)
+    fast_config = _config(tmp_path, "fast", prompts=8)
+    fast, fast_out = _start(children, maddrs, tmp_path, "fast", fast_config, cpus=fast_cpus)
+    twin, twin_out = _start(children, maddrs, tmp_path, "twin", fast_config, "--swarm-id", "elsewhere",
+                            cpus=fast_cpus)
+    _wait_rounds(fast_out, 10, 300, fast)
+    _wait_rounds(twin_out, 10, 300, twin)
     slow_config = _config(tmp_path, "slow", prompts=32, batch=1, epochs=64)
-    fast, fast_out = _start(children, maddrs, tmp_path, "fast", _config(tmp_path, "fast", prompts=16))
-    # the control: the fast node's rounds while an identical slow node runs in *another* swarm on the
-    # same core, so the machine carries the same load and only the exchange differs
-    twin, twin_out = _start(children, maddrs, tmp_path, "twin", slow_config, "--swarm-id", "elsewhere",
-                            niceness=19, cpus=pin)
-    loaded_from = _wait_rounds(twin_out, 1, 300, twin)[0]["time"]
-    n = len(_wait_rounds(fast_out, 1, 300, fast))
-    control = [m for m in _wait_rounds(fast_out, n + 150, 300, fast) if m["time"] > loaded_from][5:]
-    control_until = time.time()
-    stop_all([twin], grace_s=10)
-    assert all(not m["external_peers"] for m in _rows(fast_out)), "the other swarm's node was used"
-    slow, slow_out = _start(children, maddrs, tmp_path, "slow", slow_config, "--rounds", "6", niceness=19, cpus=pin)
-    slow_rows = _wait_rounds(slow_out, 6, 600, slow)
-    fast_rows = _rows(fast_out)
+    slow, slow_out = _start(children, maddrs, tmp_path, "slow", slow_config, "--rounds", "8", cpus=slow_cpus)
+    slow_rows = _wait_rounds(slow_out, 8, 600, slow)
+    fast_rows, twin_rows = _rows(fast_out), _rows(twin_out)
+    assert all(not m["external_peers"] for m in twin_rows), "the other swarm's node exchanged"
     slow_id, fast_id = _peer_id(slow_out), _peer_id(fast_out)
-    solo = [m for m in fast_rows if m["time"] <= loaded_from][5:25]  # the fast node alone on a quiet machine
-    ratio = statistics.median(m["round_s"] for m in slow_rows) / statistics.median(m["round_s"] for m in solo)
+    begin, end = slow_rows[0]["time"] - slow_rows[0]["round_s"], slow_rows[-1]["time"]
+    paired = [f for f in fast_rows if begin < f["time"] <= end]
+    control = [f for f in twin_rows if begin < f["time"] <= end]
+    control_median = statistics.median(m["round_s"] for m in control)
+    paired_median = statistics.median(m["round_s"] for m in paired)
+    ratio = statistics.median(m["round_s"] for m in slow_rows) / control_median
     assert ratio >= 10, f"slow/fast round time {ratio:.1f}×: the test needs ≥ 10×"
     # every slow round but the first: it trained on the fast node's groups, and the fast node trained
     # on the slow node's groups during that slow round
@@ -133,16 +133,11 @@ def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path)
         fast_during = [f for f in fast_rows if start < f["time"] <= m["time"] + 5]
         hits += fast_id in m["external_peers"] and any(slow_id in f["external_peers"] for f in fast_during)
     assert hits >= 0.8 * (len(slow_rows) - 1), (hits, [(m["round"], m["external_peers"]) for m in slow_rows])
-    paired = [f for f in fast_rows if slow_rows[0]["time"] - slow_rows[0]["round_s"] < f["time"] <= slow_rows[-1]["time"]]
-    assert all(f["time"] > control_until for f in paired)
-    control_median = statistics.median(m["round_s"] for m in control)
-    paired_median = statistics.median(m["round_s"] for m in paired)
-    # waiting on the slow peer would make the fast rounds ≥ 10× longer; against the same load with no
-    # exchange, pairing costs the fast node something (serving and taking in the slow node's bundles):
-    # measured 1.04–1.10× in four quiet runs, 1.34× in one clean-clone CI run; the bound is 2×
-    print(f"fast node: quiet {statistics.median(m['round_s'] for m in solo):.3f} s, same load {control_median:.3f} s, "
-          f"paired {paired_median:.3f} s ({paired_median / control_median:.2f}×); slow/fast {ratio:.1f}×")
-    assert paired_median <= 2 * control_median, (control_median, paired_median)
+    # waiting on the slow peer would make the fast rounds ≥ 10× longer; what pairing may cost the fast
+    # node is its share of the exchange (serving, notifying, taking in the slow node's bundles)
+    print(f"fast node paired {paired_median:.4f} s over {len(paired)} rounds, its twin alone "
+          f"{control_median:.4f} s over {len(control)} ({paired_median / control_median:.3f}×); slow/fast {ratio:.1f}×")
+    assert paired_median <= 1.2 * control_median, (control_median, paired_median)
     assert max(f["gather_s"] for f in paired) < 1.0  # the fast node never waited on the slow one
 
 
