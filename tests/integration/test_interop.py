@@ -181,6 +181,7 @@ def test_client_reads_announcement_and_decodes_bundle(node_and_client):
         task=TaskRef("chain_sum", {"min_terms": 2}, 7, 11), prompt="What is 2+3?",
         completions=(Completion("<answer>5</answer>", (17, 250, 2), (-0.5, -0.125, -3.0), "stop", 1.0),))
     nbytes = node.publish([rec])
+    node.flush()  # publish() serves the bundle at once and stores its announcement in the background
     [ann] = [a for a in client.announcements() if a["nbytes"] == nbytes]
     assert ann == {**ann, "peer": node.peer_id, "window": window_of(ann["created_at"]), "count": 1, "v": 2}
     [got] = ThirdPartyClient.decode_bundle(asyncio.run(client.fetch(ann)))
