@@ -4,8 +4,9 @@ Two lab models with different tokenizers learn the same task (spell_backward, 3�
 `lab-spell` (≈ one character per token) and `lab-spell-wide` (a coarser BPE, another seed), both
 warm-started to ≈ 35 % sampled exact match, so both have headroom. Node 0 runs one, node 1 the
 other, from `examples/lab-solo.yaml` (B = 8 prompts × G = 8, lr 1e-4, 40 rounds); each node's
-rows from the other tokenizer are re-tokenised and weighted by the length-normalised sequence
-ratio (docs/ARCHITECTURE.md §6).
+rows from the other tokenizer are re-tokenised and weighted by the chunk ratio (pieces of text
+both tokenizations end at; `NAME/sequence`: the length-normalised ratio of the whole completion,
+docs/ARCHITECTURE.md §6).
 
     solo    I = 8 own groups, J = 0: each node alone on its task stream
     pair    I = 8 own groups (the same stream) + J = 4 of the other model's groups, per loss
@@ -14,9 +15,10 @@ Per seed the two nodes' task streams (tasks.seed) are the same in solo and pair 
 held-out gain in a pair run is paired with its gain in the solo run of the same seed: Δ = gain(pair)
 − gain(solo), mean over seeds with a 95 % t-interval. The solo runs use `grpo` (on own rows at one
 epoch every loss here has ratio value 1 to the sampler; GEPO's group weight is ≈ 1). `ext w` is the
-mean IS weight on the peer's rows (rounds that used any), from the loss's `is_weight_external`.
+mean IS weight on the peer's rows (rounds that used any), from the loss's `is_weight_external`;
+`w_share` the share of those weights ≥ 0.1 (not negligible); `filtered` the rows an f-* filter zeroed.
 
-    python -m bench.hetero [--losses nois tis gepo f-tis] [--seeds 0 1 2] [--rounds 40]
+    python -m bench.hetero [--losses nois tis gepo f-tis tis/sequence f-tis/sequence] [--seeds 0 1 2] [--rounds 40]
 
 The nodes run in one process on the in-memory twin of the exchange (bench/sapo.py); both
 models are built on first use (about 2 minutes each). Writes bench/results/hetero.{json,png}.
@@ -75,7 +77,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="examples/lab-solo.yaml")
-    ap.add_argument("--losses", nargs="+", default=["nois", "tis", "gepo", "f-tis"])
+    ap.add_argument("--losses", nargs="+", default=["nois", "tis", "gepo", "f-tis", "tis/sequence", "f-tis/sequence"],
+                    help="NAME or NAME/sequence (the whole-completion ratio instead of chunks)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--external", type=int, default=4, help="J: the peer's groups per step in pair runs")
@@ -87,14 +90,17 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["solo", *args.losses]:
-            paths = configs(args.config, Path(tmp), None if name == "solo" else name)
+            loss, _, scale = name.partition("/")  # "tis/sequence": tis with the whole-completion ratio
+            paths = configs(args.config, Path(tmp), None if name == "solo" else loss)
             j = 0 if name == "solo" else args.external
+            over = {**common, "train.cross_tokenizer": scale or "chunks"}
             for seed in args.seeds:
-                run = run_swarm(paths, 8, j, seed, args.rounds, common)
+                run = run_swarm(paths, 8, j, seed, args.rounds, over)
                 runs.setdefault(name, []).append(run)
                 gains = [a - b for a, b in zip(run["after"], run["before"])]
                 print(f"{name:6s} seed {seed}: gains {' '.join(f'{g:+.3f}' for g in gains)}, "
-                      f"peer groups {run['external_groups']}, ext w {run['external_weight']} "
+                      f"peer groups {run['external_groups']}, ext w {run['external_weight']}, "
+                      f"w ≥ 0.1 {run['external_share']}, filtered {run['filtered']} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
     rows = []
     for name in args.losses:
@@ -103,11 +109,15 @@ def main(argv: list[str] | None = None) -> None:
             pair = [r["after"][k] - r["before"][k] for r in runs[name]]
             (d, dh), (g, gh) = interval([p - s for p, s in zip(pair, solo)]), interval(pair)
             weights = [r["external_weight"][k] for r in runs[name] if r["external_weight"][k] is not None]
+            shares = [r["external_share"][k] for r in runs[name] if r["external_share"][k] is not None]
+            filtered = [r["filtered"][k] for r in runs[name] if r["filtered"][k] is not None]
             rows.append({"loss": name, "node": spec, "gain_solo": statistics.fmean(solo), "gain_pair": g,
                          "gain_pair_ci": gh, "delta": d, "delta_ci": dh,
                          "per_seed_delta": " ".join(f"{p - s:+.3f}" for p, s in zip(pair, solo)),
                          "peer_groups": statistics.fmean(r["external_groups"][k] for r in runs[name]),
-                         "ext_w": statistics.fmean(weights) if weights else float("nan")})
+                         "ext_w": statistics.fmean(weights) if weights else float("nan"),
+                         "w_share": statistics.fmean(shares) if shares else float("nan"),
+                         "filtered": statistics.fmean(filtered) if filtered else float("nan")})
     print(f"\n== {' + '.join(MODELS)}: 8 own (+ {args.external} peer's) groups × {args.rounds} rounds, "
           f"seeds {args.seeds}, held-out {args.eval_size} × 4; Δ = pair − solo gain, 95 % t-interval")
     print(table(rows, list(rows[0])))

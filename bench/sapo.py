@@ -61,6 +61,7 @@ def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: 
             curves = [[] for _ in swarm]
             externals = [0] * nodes
             weights = [[] for _ in swarm]
+            shares, filtered = [[] for _ in swarm], [[] for _ in swarm]
             for r in range(rounds):
                 for k, node in enumerate(swarm):
                     m = run_round(node, r)
@@ -68,6 +69,8 @@ def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: 
                     externals[k] += m["groups_external"]
                     if m["groups_external"] and "is_weight_external" in m:
                         weights[k].append(m["is_weight_external"])
+                        shares[k].append(m.get("is_weight_external_share", 0.0))
+                        filtered[k].append(m.get("filtered_frac", 0.0))
             after = [node.evaluate() for node in swarm]
             before = [node.eval_before for node in swarm]
         finally:
@@ -75,6 +78,8 @@ def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: 
                 node.close()
     return {"curves": curves, "before": before, "after": after, "external_groups": externals,
             "external_weight": [statistics.fmean(w) if w else None for w in weights],
+            "external_share": [statistics.fmean(w) if w else None for w in shares],  # weights ≥ 0.1 among them
+            "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}
 

@@ -6,17 +6,20 @@ generator or a peer's), A_i = advantage, sg = stop-gradient, |y_i| = Σ_t m_{i,t
 
 Tokenizer-agnostic importance weighting (docs/ARCHITECTURE.md §6, ours; no paper covers it). A row whose
 sender used another tokenizer (`beh_aligned` False) was re-tokenised by this node, so its
-per-token μ_t does not exist; only the sender's sequence log-probability
-log μ(y) = Σ_t log μ_t (`logp_beh_seq`) survives. For such a row, with T_recv = |y_i| in the
-receiver's tokenization,
+per-token μ_t does not exist. What survives is μ summed over *chunks*: pieces of the text that
+both tokenizations end at (`beh_chunks`: chunk c of each of our tokens; `logp_beh_chunks`[c] =
+log μ(chunk c), node/round/align.py), or, without the sender's token_bytes, over one chunk, the
+whole completion (log μ(y) = `logp_beh_seq`). With n_c our tokens in chunk c,
 
-    token-level losses:    log r_{i,t} := (Σ_t log π_θ(y_t) − log μ(y)) / T_recv   on every t
-    sequence-level losses: mean_t log μ_t := log μ(y) / T_recv
+    token-level losses:    log r_{i,t} := (Σ_{t' ∈ c} log π_θ(y_t') − log μ(chunk c)) / n_c   for t in c
+    sequence-level losses: mean_t log μ_t := log μ(y) / T_recv          (T_recv = |y_i|, ours)
 
-so the sequence ratio is the length-normalised (geometric-mean) ratio GSPO and GEPO already
-use, and a token-level loss applies that one ratio to every token of the row (its gradient
-flows into every token of the row through Σ_t log π_θ). `behaviour_view` is the single place
-that builds these quantities; every loss reads μ only through it.
+so a token-level loss gives each token its chunk's ratio spread evenly over the chunk's tokens
+(the geometric mean; gradient into every token of the chunk), which is the per-token ratio
+when the two tokenizations agree and the length-normalised sequence ratio GSPO and GEPO use
+when they share only the end. `unit_len` = n_c lets a statistic undo the spreading (the F-TIS
+filter sums one term per chunk). `behaviour_view` is the single place that builds these
+quantities; every loss reads μ only through it.
 
 Numerics. Every log-ratio is clamped to [−LOG_RATIO_BOUND, LOG_RATIO_BOUND] = [−20, 20] before
 it is exponentiated (IS weights and k3): e^20 ≈ 4.9e8, so a weight, its square (variance
@@ -46,6 +49,7 @@ import torch
 from torch import Tensor
 
 LOG_RATIO_BOUND = 20.0
+NOT_NEGLIGIBLE = 0.1  # an IS weight below this gives a peer's token (or row) < 1/10 of an own one's gradient
 
 Norm = Literal["seq", "token", "dr"]
 
@@ -78,6 +82,8 @@ class LossInputs:
     is_external: Tensor  # [B] bool: True for rollouts gathered from peers
     logp_ref: Tensor | None = None  # [B, T] reference-model log-probs (grpo's optional k3 KL)
     totals: BatchTotals | None = None  # the whole step's sizes; None: this batch is the whole step
+    beh_chunks: Tensor | None = None  # [B, T] long: chunk of each token on unaligned rows with an alignment, else −1
+    logp_beh_chunks: Tensor | None = None  # [B, T] log μ of chunk k at index k (rows with beh_chunks ≥ 0)
 
 
 @dataclass
@@ -99,6 +105,7 @@ class BehaviourView:
     log_ratio_old: Tensor  # [B, T] log π_θ − log π_old per token (grad), 0 off the mask (our tokenization)
     seq_logp: Tensor  # [B] mean_t log π_θ (grad)
     seq_logq: Tensor  # [B] mean_t log μ (no grad); log μ(y) / T_recv for unaligned rows
+    unit_len: Tensor  # [B, T] tokens sharing this token's log_ratio unit: n_c in a chunk, else 1
     advantages: Tensor  # [B] float32
     totals: BatchTotals  # the step's sizes every reduction divides by
 
@@ -142,6 +149,17 @@ def validate_inputs(inputs: LossInputs) -> None:
     }
     if inputs.logp_ref is not None:
         read["logp_ref"] = (inputs.logp_ref, valid)
+    if inputs.beh_chunks is not None:
+        chunks, chunk_logp = inputs.beh_chunks, inputs.logp_beh_chunks
+        for name, t in (("beh_chunks", chunks), ("logp_beh_chunks", chunk_logp)):
+            if not isinstance(t, Tensor) or tuple(t.shape) != (B, T):
+                raise ValueError(f"LossInputs.{name} must have shape {(B, T)}, got {_shape(t)}")
+        if chunks.dtype.is_floating_point or chunks.dtype == torch.bool:
+            raise ValueError(f"LossInputs.beh_chunks must be an integer tensor, got {chunks.dtype}")
+        chunked = valid & (chunks[:, :1] >= 0) & ~inputs.beh_aligned[:, None]
+        if bool(((chunks < 0) | (chunks >= T))[chunked].any()):
+            raise ValueError(f"LossInputs.beh_chunks must lie in [0, {T}) on the tokens of a row with chunks")
+        read["logp_beh_chunks"] = (chunk_logp, ((chunks[:, :1] >= 0) & ~inputs.beh_aligned[:, None]).expand(B, T))
     for name, (t, where) in read.items():
         if not bool(torch.isfinite(t.detach()[where]).all()):
             raise ValueError(f"LossInputs.{name} holds NaN or inf on positions the loss reads")
@@ -169,6 +187,16 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
     old = torch.where(valid, inputs.logp_old.detach().to(torch.float32), zero)  # [B, T]
     seq_ratio = (seq_logp - seq_logq)[:, None].expand_as(logp)  # [B, T]
     log_ratio = torch.where(aligned[:, None], logp - beh, seq_ratio)
+    unit_len = torch.ones_like(m)
+    if inputs.beh_chunks is not None:
+        chunked_row = ~aligned & (inputs.beh_chunks[:, 0] >= 0)  # [B]
+        idx = torch.where(valid & chunked_row[:, None], inputs.beh_chunks, 0).long()  # [B, T]
+        chunk_logp = torch.zeros_like(logp).scatter_add(1, idx, logp)  # [B, T] Σ_{t ∈ c} log π_θ (grad)
+        chunk_n = torch.zeros_like(m).scatter_add(1, idx, m)  # [B, T] n_c
+        chunk_mu = torch.where(chunked_row[:, None], inputs.logp_beh_chunks.detach().to(torch.float32), zero)
+        per_token = ((chunk_logp - chunk_mu) / chunk_n.clamp(min=1.0)).gather(1, idx)  # [B, T]
+        log_ratio = torch.where(chunked_row[:, None], per_token, log_ratio)
+        unit_len = torch.where(chunked_row[:, None] & valid, chunk_n.gather(1, idx), unit_len)
     log_ratio = torch.where(valid, log_ratio, zero)  # [B, T]
     return BehaviourView(
         valid=valid,
@@ -180,6 +208,7 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
         log_ratio_old=torch.where(valid, logp - old, zero),
         seq_logp=seq_logp,
         seq_logq=seq_logq,
+        unit_len=unit_len,
         advantages=inputs.advantages.detach().to(torch.float32),
         totals=inputs.totals or BatchTotals(len(n_tokens), int(n_tokens.sum()), int(n_tokens.max())),
     )
@@ -269,6 +298,7 @@ def loss_metrics(
     w_mean, w_var, w_max = masked_stats(weight, weight_where)
     ext_rows = inputs.is_external if weight_where.dim() == 1 else inputs.is_external[:, None]
     w_external = masked_stats(weight, weight_where & ext_rows)[0]
+    w_external_share = _masked_mean((weight.detach() >= NOT_NEGLIGIBLE).to(torch.float32), weight_where & ext_rows)
     # KL(μ‖π_θ) per token from μ's samples: E_μ[r − 1 − log r] with r = π_θ/μ (k3 of log r)
     kl_tok = k3(view.log_ratio.detach())  # [B, T]
     external = inputs.is_external[:, None] & view.valid
@@ -277,6 +307,7 @@ def loss_metrics(
         "is_weight_var": w_var,
         "is_weight_max": w_max,
         "is_weight_external": w_external,  # mean weight on peers' rows (0 when there are none)
+        "is_weight_external_share": w_external_share,  # share of those weights ≥ NOT_NEGLIGIBLE
         "clip_frac": _masked_mean(clipped.to(torch.float32), weight_where),
         "filtered_frac": 0.0 if filtered is None else float(filtered.to(torch.float32).mean()),
         "kl_beh": _masked_mean(kl_tok, view.valid),

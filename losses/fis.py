@@ -36,8 +36,12 @@ Deliberate deviations:
   setting only ever filters peers' rows in practice because this node's own rows have D ≈ 0.
 - The authors' code removes a filtered row from its micro-batch (re-weighting the others); here
   its advantage is zeroed and it keeps its 1/G share, as the paper's formula has it.
-- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r, w and the statistics use the
-  length-normalised sequence ratio on every token.
+- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r and w use the chunk ratio spread
+  over the chunk's tokens (the length-normalised sequence ratio when the sender sent no
+  token_bytes), and D_i sums one term per chunk of the chunk's own ratio: the same statistic as an
+  aligned row's when the two tokenizations agree, on the same scale when they do not. A row
+  without token_bytes keeps T_recv terms of the spread sequence ratio, which Jensen's inequality
+  makes smaller than any finer sum (the filter rarely fires on it).
 - clip_frac counts tokens whose gradient the clip removes (vis) or whose w was truncated at C
   (tis); R is never clipped since its value is 1.
 """
@@ -64,11 +68,14 @@ from losses.config import VARIANTS, FISConfig
 
 def filter_statistic(view: BehaviourView, group_ids: Tensor, kind: str) -> Tensor:
     """D_i [B] of the negative-advantage filter (module docstring), no gradient."""
-    log_r = view.log_ratio.detach().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, T] log π_θ/μ
+    # one term per unit: a token, or a chunk of a row from another tokenizer, whose log-ratio
+    # behaviour_view spread over its n tokens (n · log_ratio undoes it; each of them counts 1/n)
+    n = view.unit_len
+    log_r = (view.log_ratio.detach() * n).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, T] log π_θ/μ of the unit
     if kind == "paper":
         r = torch.exp(log_r)
-        return ((r * log_r - r + 1.0) * view.m).sum(dim=1)  # Σ_t (r log r − r + 1)
-    per_token = k3(-log_r) * view.m  # [B, T] k3 of log μ − log π_θ
+        return ((r * log_r - r + 1.0) * view.m / n).sum(dim=1)  # Σ_units (r log r − r + 1)
+    per_token = k3(-log_r) * view.m / n  # [B, T] k3 of log μ − log π_θ, per unit
     _, idx = torch.unique(group_ids, return_inverse=True)
     longest = torch.zeros(int(idx.max()) + 1, dtype=view.n_tokens.dtype).scatter_reduce(
         0, idx, view.n_tokens, reduce="amax")  # the group's padded length

@@ -84,9 +84,9 @@ class Caps:
     @property
     def max_objects(self) -> int:
         """Array items plus map keys and values in a whole bundle: a record at every cap holds
-        about 12 per completion and 40 of its own (64 allowed), so any bundle within the record
+        13 per completion (6 keys, 6 values, its array slot; 14 allowed) and about 40 of its own (64 allowed), so any bundle within the record
         and completion caps fits, and nothing else does."""
-        return 16 + self.max_records * (64 + 12 * self.max_completions)
+        return 16 + self.max_records * (64 + 14 * self.max_completions)
 
 
 DEFAULT_CAPS = Caps()
@@ -126,13 +126,20 @@ def record_to_wire(rec: RolloutRecord, *, logprob_dtype: str = "f16") -> dict[st
             raise ValueError("completion has a non-finite logprob")
         if logprob_dtype == "f16":
             lps = np.maximum(lps, _F16_MIN)
-        completions.append({
+        wire = {
             "text": c.text,
             "token_ids": ids.astype(_id_dtype(vocab)).tobytes(),
             "logprobs": lps.astype(lp_dtype).tobytes(),
             "finish_reason": c.finish_reason,
             "reward_claimed": c.reward_claimed,
-        })
+        }
+        if c.token_bytes is not None:
+            nb = np.asarray(c.token_bytes, dtype=np.int64)
+            if nb.shape != ids.shape or (nb.size and (int(nb.min()) < 0 or int(nb.max()) > 0xFFFF)) \
+                    or int(nb.sum()) != len(c.text.encode("utf-8")):
+                raise ValueError("token_bytes must give each token's bytes of text (0..65535, summing to its length)")
+            wire["token_bytes"] = nb.astype("<u2").tobytes()
+        completions.append(wire)
     return {
         "v": rec.v, "swarm": rec.swarm, "peer": rec.peer, "round": rec.round,
         "policy_version": rec.policy_version, "created_at": rec.created_at,
@@ -211,7 +218,20 @@ def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps, budget: 
     if not np.all(np.isfinite(lps)) or float(lps.max()) > _LOGPROB_SLACK:
         raise RecordError("bad_logprob", "logprobs must be finite and <= 0")
     return Completion(text, tuple(ids.tolist()), tuple(np.minimum(lps, 0.0).tolist()), finish,
-                      None if claimed is None else float(claimed))
+                      None if claimed is None else float(claimed), _token_bytes(d, n, text))
+
+
+def _token_bytes(d: dict, n: int, text: str) -> tuple[int, ...] | None:
+    """The optional per-token byte counts: n uint16 values summing to the UTF-8 length of text."""
+    raw = d.get("token_bytes")
+    if raw is None:
+        return None
+    if not isinstance(raw, bytes) or len(raw) != 2 * n:
+        raise RecordError("schema", "token_bytes is not one uint16 per token")
+    nb = np.frombuffer(raw, dtype="<u2")
+    if int(nb.sum(dtype=np.int64)) != len(text.encode("utf-8")):
+        raise RecordError("schema", "token_bytes do not add up to the text's UTF-8 length")
+    return tuple(nb.tolist())
 
 
 def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS, budget: _TokenBudget | None = None) -> RolloutRecord:

@@ -55,6 +55,9 @@ class Completion:
     logprobs: tuple[float, ...]  # [L] log μ(y_t | x, y_<t) ≤ 0, the behaviour policy of off-policy losses
     finish_reason: str  # "stop" (EOS sampled) or "length" (max_new_tokens reached)
     reward_claimed: float | None = None  # the sender's reward, informational only (never trusted)
+    # [L] UTF-8 bytes of `text` each token produced (Σ = len(text.encode())), or None: lets a receiver
+    # with another tokenizer align the two tokenizations (node/round/align.py, docs/ARCHITECTURE.md §6)
+    token_bytes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

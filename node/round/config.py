@@ -40,6 +40,9 @@ class TrainConfig(PlacementConfig):
     mask_truncated: bool = Field(
         False, description="Leave completions that hit max_new_tokens out of the loss (DAPO's overlong filtering)."
     )
+    cross_tokenizer: Literal["chunks", "sequence"] = Field(
+        "chunks", description="A peer's row from another tokenizer: compare log-probs over the pieces of text both "
+        "tokenizations end at (chunks, when the sender sent token_bytes) or over the whole completion (sequence).")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from node.round.align import sender_token_bytes
 from node.round.groups import Group
 from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo
 
@@ -25,7 +26,8 @@ def to_records(node, round_: int, groups: list[Group], prompts: list[str]) -> li
             task=group.task.ref,
             prompt=prompt,
             completions=tuple(
-                Completion(c.text, c.token_ids, c.logprobs, c.finish_reason, reward_claimed=r)
+                Completion(c.text, c.token_ids, c.logprobs, c.finish_reason, reward_claimed=r,
+                           token_bytes=sender_token_bytes(node.tokenizer, c.text, c.token_ids))
                 for c, r in zip(group.completions, group.rewards)
             ),
         )

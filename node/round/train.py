@@ -2,7 +2,8 @@
 
   rows      every completion of every selected group, in *this node's* tokenization: a peer's
             token ids and per-token μ when its tokenizer fingerprint equals ours, else the
-            completion text re-tokenised and only its sequence log μ(y) kept (docs/ARCHITECTURE.md §6)
+            completion text re-tokenised and μ kept summed per chunk of text both tokenizations
+            end at (node/round/align.py), or over the whole completion (docs/ARCHITECTURE.md §6)
   DASH      rows with |A_i| < threshold are dropped before any forward pass (at least one kept)
   π_old     the policy at the start of the round's steps, fixed for all of them (PPO): with one
             step it is sg(π_θ) of the step's own forward; with `epochs` × `mini_batches` > 1 steps
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from losses.base import BatchTotals, LossInputs
+from node.round.align import chunk_alignment, receiver_ids_and_ends
 from node.round.config import TrainConfig
 from node.round.groups import Group
 from node.round.scoring import TokenRow, score_rows
@@ -41,6 +43,8 @@ class Row:
     group_id: int
     external: bool
     truncated: bool = False  # the completion hit max_new_tokens (no EOS sampled)
+    chunks: list[int] | None = None  # unaligned rows: chunk index of each of our tokens (node/round/align.py)
+    chunk_logp: list[float] | None = None  # unaligned rows: the sender's log μ of each chunk
 
 
 @dataclass
@@ -57,23 +61,32 @@ class StepResult:
         return self.steps > 0
 
 
-def build_rows(groups: list[Group], tokenizer, prompt_of) -> list[Row]:
-    """Flatten groups into rows in our tokenization. `prompt_of(task) -> str` renders our prompt."""
+def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True) -> list[Row]:
+    """Flatten groups into rows in our tokenization. `prompt_of(task) -> str` renders our prompt.
+
+    A completion from another tokenizer is re-tokenised; with `chunks` and the sender's
+    token_bytes, the sender's logprobs are summed per chunk of text both tokenizations end at.
+    """
     rows = []
     for gid, g in enumerate(groups):
         prompt_ids = tokenizer(prompt_of(g.task), add_special_tokens=False)["input_ids"]
         for c, adv in zip(g.completions, g.advantages):
+            alignment = None
             if g.aligned:
                 ids, beh = list(c.token_ids), list(c.logprobs)
             else:
-                ids = tokenizer(c.text, add_special_tokens=False)["input_ids"]
+                ids, ends = receiver_ids_and_ends(tokenizer, c.text)
                 if c.finish_reason == "stop":
                     ids.append(tokenizer.eos_token_id)
+                    ends = None if ends is None else [*ends, ends[-1] if ends else 0]
                 beh = [0.0] * len(ids)
+                if chunks and ends and c.token_bytes is not None:
+                    alignment = chunk_alignment(ends, c.token_bytes, c.logprobs)
             if not ids:  # an empty re-tokenisation has nothing to train
                 continue
             rows.append(Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external,
-                            truncated=c.finish_reason == "length"))
+                            truncated=c.finish_reason == "length",
+                            chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None))
     return rows
 
 
@@ -163,9 +176,14 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
     """One micro-batch's LossInputs: log π_θ with gradient, π_old (fixed, or this forward's), μ, π_ref."""
     logp, mask = score_rows(model, [r.tokens for r in rows], temperature, pad_id)  # [b, T]
     beh = torch.zeros_like(mask)
+    chunk_ids = torch.full(mask.shape, -1, dtype=torch.long)
+    chunk_logp = torch.zeros_like(mask)
     for i, r in enumerate(rows):
         if r.aligned:
             beh[i, : len(r.logp_beh)] = torch.tensor(r.logp_beh)
+        elif r.chunks is not None:
+            chunk_ids[i, : len(r.chunks)] = torch.tensor(r.chunks)
+            chunk_logp[i, : len(r.chunk_logp)] = torch.tensor(r.chunk_logp)
     dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
@@ -179,6 +197,8 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         is_external=torch.tensor([r.external for r in rows], device=dev),
         logp_ref=None if ref is None else _padded(rows, ref, mask),
         totals=totals,
+        beh_chunks=chunk_ids.to(dev) if any(r.chunks is not None for r in rows) else None,
+        logp_beh_chunks=chunk_logp.to(dev),
     )
 
 
