@@ -18,7 +18,7 @@ from losses.base import LossInputs, LossOutputs, behaviour_view, loss_metrics, s
 
 def truncated_pg(inputs: LossInputs, *, clip: float = 2.0) -> LossOutputs:
     # (1) Read μ only through behaviour_view: it validates the inputs, upcasts to float32, zeroes
-    #     padding, and gives rows sampled with another tokenizer their length-normalised ratio.
+    #     padding, and gives rows sampled with another tokenizer their chunk ratio (ARCHITECTURE §6).
     view = behaviour_view(inputs)
     weight = safe_exp(view.log_ratio).clamp(max=clip).detach()  # [B, T] truncated π_θ/μ
     per_token = -weight * view.advantages[:, None] * view.logp  # [B, T]

@@ -15,7 +15,9 @@ one chunk and r_c is the sequence ratio. Special tokens (EOS) produce no bytes a
 before them, so a sampled EOS on both sides lands in the last chunk of both.
 
 Where a token ends is read from the fast tokenizer's offset mapping of `text` when re-tokenising
-gives back the sampled ids (the usual case), else from decoding growing prefixes of the ids; a
+gives back the sampled ids (the usual case), else from decoding each token alone when the pieces
+concatenate to `text`, else from decoding growing prefixes of the ids (at most
+MAX_DECODE_TOKENS of them); a
 token whose prefix does not decode to a prefix of `text` (half of a multi-byte character, or
 clean-up of spaces) gets 0 bytes and its bytes go to the next token that ends cleanly.
 """
@@ -64,8 +66,14 @@ def sender_token_bytes(tokenizer, text: str, ids: tuple[int, ...] | list[int]) -
     ends = [0] * len(ids)
     total = len(text.encode("utf-8"))
     canon, canon_ends = receiver_ids_and_ends(tokenizer, text)
-    if canon_ends is not None and canon == [ids[i] for i in text_pos]:
+    pieces = None
+    if canon_ends is None or canon != [ids[i] for i in text_pos]:
+        pieces = tokenizer.batch_decode([[ids[i]] for i in text_pos], skip_special_tokens=True)
+    if pieces is None:
         for i, e in zip(text_pos, canon_ends):
+            ends[i] = e
+    elif "".join(pieces) == text:  # each token decodes on its own to its share of the text
+        for i, e in zip(text_pos, accumulate(len(p.encode("utf-8")) for p in pieces)):
             ends[i] = e
     elif len(ids) <= MAX_DECODE_TOKENS:
         for i in text_pos:

@@ -84,5 +84,5 @@ def test_two_tokenizers_exchange_groups(tmp_path):
     for name in ("qwen", "llama"):
         rows = read_metrics(tmp_path / "run" / name / "metrics.jsonl")
         assert sum(m["groups_external"] for m in rows) > 0, name
-        # external rows come from another tokenizer: their IS weights use the sequence-level μ
+        # external rows come from another tokenizer: re-tokenised, weighted by their chunk ratio (§6)
         assert all(m["rows_trained"] > 0 for m in rows)
