@@ -86,6 +86,14 @@ def cmd_node(args) -> int:
     from node.config import load_config
 
     cfg = load_config(args.config, _overrides(args))
+    if cfg.role != "full" and not cfg.swarm.enabled:  # before building the model: one line, exit 2
+        from node.config import ConfigError
+
+        raise ConfigError(f"role {cfg.role} needs a swarm: set swarm.enabled or pass --initial-peers")
+    if cfg.role == "sampler" and not cfg.heterorl.follow:
+        from node.config import ConfigError
+
+        raise ConfigError("role sampler needs heterorl.follow: the learner's peer id (it prints it at start)")
     out = prepare_out_dir(Path(args.out or Path("runs") / cfg.name))
     lock_out_dir(out)  # held until this process exits
     check_ports(_node_ports(cfg))

@@ -94,3 +94,12 @@ def test_every_listed_user_error_exists():
 
     for module, name in USER_ERRORS:
         assert issubclass(getattr(importlib.import_module(module), name), Exception), (module, name)
+
+
+def test_heterorl_roles_without_their_peers_fail_before_the_model_is_built(tmp_path):
+    """A learner without a swarm and a sampler with nobody to follow: one line, no output dir, no model build."""
+    proc = cli(*SOLO, "--out", str(tmp_path / "l"), "--set", "role=learner")
+    _one_line_exit_2(proc, "role learner needs a swarm")
+    proc = cli(*SOLO, "--out", str(tmp_path / "s"), "--set", "role=sampler", "--set", "swarm.enabled=true")
+    _one_line_exit_2(proc, "role sampler needs heterorl.follow")
+    assert not (tmp_path / "l").exists() and not (tmp_path / "s").exists()
