@@ -59,7 +59,9 @@ def test_samplers_follow_the_learner_and_nothing_else(swarm3):
         return await bt.dht.store(weights_key(bt.cfg.swarm_id, lt.peer_id), forged, expiration_time=time.time() + 60,
                                   subkey=bt.signing_subkey, return_future=True)
 
-    assert bt.run_on_loop(store_forged(), 10)
+    # a DHT store reports the last replica's answer, and on a loaded machine one replica may refuse or
+    # time out: what is tested is the receiver's count, so the forger tries again as a real one would
+    assert any(bt.run_on_loop(store_forged(), 10) for _ in range(3))
     assert _drops_until(a, "forged").get("forged") == 1
     assert a.take() is None
     # bytes that do not match the digest the learner announced: dropped after the fetch
