@@ -41,23 +41,26 @@ from node.round.loop import run_round
 from swarm.memory import InMemoryHub, InMemoryTransport
 
 
-def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: int, overrides: dict) -> dict:
-    """One swarm (node k runs configs[k]), one seed: per-node reward curves, held-out accuracy
-    before/after, peers' groups used and their mean IS weight (rounds that used any)."""
+def run_swarm(configs: list[str], local: int | list[int], external: int | list[int], seed: int, rounds: int,
+              overrides: dict | list[dict]) -> dict:
+    """One swarm (node k runs configs[k]), one seed: per-node reward curves, held-out accuracy (and mean
+    verifier score) before/after, peers' groups used and their mean IS weight (rounds that used any).
+    `local`, `external` and `overrides` are one for all nodes or one per node."""
     hub = InMemoryHub()
     nodes = len(configs)
+    local, external = [x if isinstance(x, list) else [x] * nodes for x in (local, external)]
+    overrides = overrides if isinstance(overrides, list) else [overrides] * nodes
     with tempfile.TemporaryDirectory() as tmp:
         swarm = []
         for k, config in enumerate(configs):
             opts = {"name": f"n{k}", "seed": 100 * seed + k, "tasks.seed": 100 * seed + k, "rounds": rounds,
-                    "torch_threads": 1, "select.local_groups": local, "select.external_groups": external,
-                    "generation.prompts_per_round": local + external, "eval.every": rounds,
-                    "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True, **overrides}
+                    "torch_threads": 1, "select.local_groups": local[k], "select.external_groups": external[k],
+                    "generation.prompts_per_round": local[k] + external[k], "eval.every": rounds,
+                    "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True, **overrides[k]}
             cfg = load_config(config, opts)
             swarm.append(Node(cfg, f"{tmp}/n{k}", transport=InMemoryTransport(hub, f"n{k}", cfg.swarm.swarm_id)))
         try:
-            for node in swarm:
-                node.eval_before = node.evaluate()
+            first = [node.evaluate_items() for node in swarm]
             curves = [[] for _ in swarm]
             externals = [0] * nodes
             weights = [[] for _ in swarm]
@@ -71,12 +74,13 @@ def run_swarm(configs: list[str], local: int, external: int, seed: int, rounds: 
                         weights[k].append(m["is_weight_external"])
                         shares[k].append(m.get("is_weight_external_share", 0.0))
                         filtered[k].append(m.get("filtered_frac", 0.0))
-            after = [node.evaluate() for node in swarm]
-            before = [node.eval_before for node in swarm]
+            last = [node.evaluate_items() for node in swarm]
         finally:
             for node in swarm:
                 node.close()
+    before, after = [e.accuracy for e in first], [e.accuracy for e in last]
     return {"curves": curves, "before": before, "after": after, "external_groups": externals,
+            "score_before": [e.score for e in first], "score_after": [e.score for e in last],
             "external_weight": [statistics.fmean(w) if w else None for w in weights],
             "external_share": [statistics.fmean(w) if w else None for w in shares],  # weights ≥ 0.1 among them
             "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)

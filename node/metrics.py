@@ -14,7 +14,7 @@ import math
 import os
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -32,9 +32,16 @@ from node.tracking import build_trackers, scalars_of
 
 @dataclass
 class EvalResult:
-    """One held-out evaluation: each item's fraction of correct samples."""
+    """One held-out evaluation: each item's fraction of correct samples (and, where given, its mean
+    verifier score: partial credit, which moves before exact matches do for a weak model)."""
 
     per_item: list[float]
+    per_item_score: list[float] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        """Mean verifier score over items (nan when not recorded)."""
+        return statistics.fmean(self.per_item_score) if self.per_item_score else float("nan")
 
     @property
     def accuracy(self) -> float:

@@ -114,9 +114,8 @@ class Node:
         prompts = [self.prompt_of(t) for t in self._eval_set]
         k = self.cfg.eval.samples
         result = self.generator.generate(prompts, n=k)
-        per_item = [sum(s >= 1.0 for s in self.tasks.score_group(t, [c.text for c in g])) / k
-                    for t, g in zip(self._eval_set, result.groups)]
-        self.last_eval = EvalResult(per_item)
+        scores = [self.tasks.score_group(t, [c.text for c in g]) for t, g in zip(self._eval_set, result.groups)]
+        self.last_eval = EvalResult([sum(s >= 1.0 for s in row) / k for row in scores], [sum(row) / k for row in scores])
         return self.last_eval
 
     # -- checkpoints -------------------------------------------------------------------------

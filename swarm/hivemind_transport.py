@@ -60,6 +60,8 @@ from swarm.transport import Delivery, Inbox, make_bundle
 log = logging.getLogger(__name__)
 _PREVIOUS_EVERY = 4  # the previous window is re-read every 4th tick (late and skewed announcements)
 _CATCH_UP_PER_TICK = 2  # older windows read per tick after a start
+ANNOUNCE_ATTEMPTS = 3  # DHT stores of one announcement, while its window is current
+ANNOUNCE_RETRY_S = 0.5  # pause between them
 
 
 class SwarmError(RuntimeError):
@@ -225,10 +227,9 @@ class HivemindTransport:
     def publish(self, records: list[RolloutRecord]) -> int:
         """Serve the bundle and start announcing it; returns its wire size without waiting for the DHT.
 
-        The DHT store runs on the transport's loop in the background: a store waits for the DHT nodes
-        nearest the key, which may be slow peers, and a round must not be paced by them. A store that
-        no DHT node accepted is counted (publish_failures) and logged when it completes.
-        """
+        The DHT store runs on the transport's loop in the background (the DHT nodes nearest the key may be
+        slow peers, and a round must not be paced by them); one no DHT node accepted is counted
+        (publish_failures) and logged."""
         data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s)
         self._serve(ann, data)
         if self._loop is None or self._stopped.is_set():
@@ -239,13 +240,16 @@ class HivemindTransport:
         return len(data)
 
     async def _announce_counted(self, ann: Announcement, value: bytes) -> None:
-        try:
-            stored = await asyncio.wait_for(self._announce(ann, value), self.cfg.dht_timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # timeout or DHT error: counted like a refusal
-            log.info("announcing our bundle failed: %r", exc)
-            stored = False
+        """Push once; store in the DHT, tried again while the window is current (a busy machine's store may time out)."""
+        for attempt in range(ANNOUNCE_ATTEMPTS):
+            try:
+                stored = await asyncio.wait_for(self._announce(ann, value, push=attempt == 0), self.cfg.dht_timeout_s)
+            except Exception as exc:  # timeout or DHT error (not CancelledError, a BaseException): a refusal
+                log.info("announcing our bundle failed (try %d): %r", attempt + 1, exc)
+                stored = False
+            if stored or time.time() - ann.created_at + ANNOUNCE_RETRY_S > self.cfg.window_s:
+                break
+            await asyncio.sleep(ANNOUNCE_RETRY_S)
         if not stored:
             self.publish_failures += 1
             log.warning("no DHT node accepted our announcement; only notified peers will see this bundle")
@@ -254,7 +258,7 @@ class HivemindTransport:
         """Wait until every announcement started so far has been stored or has failed (tests, shutdown)."""
         for pending in list(self._announcing):
             try:
-                pending.result(timeout if timeout is not None else self.cfg.dht_timeout_s + 5)
+                pending.result(timeout if timeout is not None else ANNOUNCE_ATTEMPTS * (self.cfg.dht_timeout_s + ANNOUNCE_RETRY_S) + 5)
             except Exception:  # cancelled at shutdown, or already counted
                 pass
 
@@ -271,14 +275,14 @@ class HivemindTransport:
                 total -= len(old)
                 del self._served[sha]
 
-    async def _announce(self, ann: Announcement, value: bytes) -> bool:
+    async def _announce(self, ann: Announcement, value: bytes, push: bool = True) -> bool:
         if self.pusher is not None:  # client mode: nobody can dial us, so offer the bytes themselves
             data = self._lookup(self.cfg.swarm_id, ann.sha256)
             peers = self.pusher.targets(self.inbox.known_peers(), time.time())
-            if data is not None:
+            if data is not None and push:
                 self._spawn(self.pusher.offer_all(self._p2p, peers, value, data))
             return True
-        for peer in self.inbox.known_peers()[: self.cfg.notify_peers]:
+        for peer in self.inbox.known_peers()[: self.cfg.notify_peers] if push else ():
             self._spawn(self._push(peer, value))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
         fut = self._dht.store(key, value, expiration_time=ann.created_at + self.cfg.max_age_s,

@@ -54,6 +54,8 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
         "eval_accuracy": eval_accuracy,
         "eval_se": node.last_eval.se if eval_accuracy is not None and node.last_eval else None,
+        # mean verifier score on the held-out items: partial credit moves before exact matches do
+        "eval_score": node.last_eval.score if eval_accuracy is not None and node.last_eval else None,
         "eval_accuracy_before": node.eval_before if out.round == 0 else None,
         "eval_se_before": node.eval_before_se if out.round == 0 else None,
         "eval_size": node.eval_size if eval_accuracy is not None or out.round == 0 else None,

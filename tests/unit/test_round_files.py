@@ -64,3 +64,7 @@ def test_two_nodes_train_on_each_others_file_tasks_and_a_third_file_is_dropped(t
     assert sum(m["drops"].get("dataset_mismatch", 0) for m in third) >= 4, [m["drops"] for m in third]
     assert set().union(*(m["drops"] for m in third)) == {"dataset_mismatch"}
     assert nodes[0].tasks.files.by_name["arithmetic"].sha256 != nodes[2].tasks.files.by_name["arithmetic"].sha256
+    # held-out: exact matches and the mean verifier score per item (partial credit: the answer tag's 0.1)
+    ev = nodes[0].last_eval
+    assert len(ev.per_item_score) == len(ev.per_item) == 4
+    assert all(s >= a for s, a in zip(ev.per_item_score, ev.per_item)) and ev.score >= ev.accuracy
