@@ -100,4 +100,4 @@ def peer_groups_note(out: RoundOutcome, wanted: int) -> str | None:
         return "all dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(g.drops.items()))
     if g.too_old and not g.groups:
         return "all too old"
-    return "none arrived yet"
+    return "none new in the pool (none arrived yet, or all already used)"
