@@ -256,15 +256,20 @@ def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temp
     step: dict[str, float] = {"loss": 0.0}
     maxes: dict[str, float] = {}
     totals = batch_totals(rows)
+    n_ext = sum(r.external for r in rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
         out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals, old, ref))  # already this batch's share
         out.loss.backward()
-        share = len(mb) / len(rows)  # metrics are per-batch means: weight them by rows
+        # metrics are per-batch means: weight them by rows, and those over peers' (own) rows by peers' (own) rows
+        mb_ext = sum(r.external for r in mb)
+        shares = {"": len(mb) / len(rows), "_external": mb_ext / n_ext if n_ext else 0.0,
+                  "_local": (len(mb) - mb_ext) / (len(rows) - n_ext) if len(rows) > n_ext else 0.0}
         for k, v in out.metrics.items():
             if k.endswith("_max"):
                 maxes[k] = max(maxes.get(k, float("-inf")), v)
             elif k != "tokens":
-                step[k] = step.get(k, 0.0) + v * share
+                tail = "_external" if "_external" in k else "_local" if k.endswith("_local") else ""
+                step[k] = step.get(k, 0.0) + v * shares[tail]
         step["loss"] += float(out.loss.detach())
     if regularizer is not None:
         reg = regularizer()

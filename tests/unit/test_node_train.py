@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -98,10 +99,13 @@ def test_on_policy_step_has_unit_is_weights_and_moves_the_weights(tiny_qwen):
 @pytest.mark.parametrize("loss", [{"name": "grpo"}, {"name": "grpo", "norm": "token"}, {"name": "grpo", "norm": "dr"},
                                   {"name": "gepo"}, {"name": "f-tis"}])
 def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen, loss):
-    """Every normalisation divides by the whole step's totals, so the split cannot change the gradient."""
+    """Every normalisation divides by the whole step's totals, so the split cannot change the gradient;
+    nor the metrics over peers' rows, which one micro-batch of four holds (the others must not dilute them)."""
     tasks, res = _generate(tiny_qwen, 1.0)
     rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
-    grads = []
+    first = rows[0].group_id
+    rows = [dataclasses.replace(r, external=r.group_id == first) for r in rows]  # one group is a peer's
+    grads, metrics = [], []
     for mb in (100, 4):
         lm = copy.deepcopy(tiny_qwen)
         opt = torch.optim.SGD(lm.model.parameters(), lr=0.0)  # lr 0: keep grads comparable
@@ -111,11 +115,15 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen, loss):
         captured = {}
         hook = opt.register_step_pre_hook(
             lambda o, a, k: captured.update({i: p.grad.clone() for i, p in enumerate(lm.model.parameters())}))
-        train_step(lm.model, opt, rows, build_loss(**loss), cfg, temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
+        step = train_step(lm.model, opt, rows, build_loss(**loss), cfg, temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
         hook.remove()
         grads.append(captured)
+        metrics.append(step.metrics)
     for i in grads[0]:
         torch.testing.assert_close(grads[0][i], grads[1][i], rtol=1e-4, atol=1e-6)
+    for k in ("is_weight_external", "is_weight_external_share", "kl_beh_external", "kl_beh_local"):
+        assert metrics[1][k] == pytest.approx(metrics[0][k], rel=1e-3, abs=1e-6), k
+    assert metrics[0]["is_weight_external"] > 0.5  # on-policy rows: weight ≈ 1
 
 
 def test_other_tokenizer_rows_are_retokenised_with_sequence_logprob(tiny_qwen, tiny_llama):
