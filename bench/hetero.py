@@ -2,7 +2,7 @@
 
 Two pairs, both on spell_backward (3–6 letter words), where both models have headroom:
   spell    `lab-spell` (≈ one character per token) and `lab-spell-wide` (a coarser BPE, another
-           seed), both warm-started to ≈ 35 % sampled exact match; each from `examples/lab-solo.yaml`
+           seed), both warm-started to ≈ 35–41 % sampled exact match; each from `examples/lab-solo.yaml`
            (B = 8 prompts × G = 8, lr 1e-4, 40 rounds), J = 4 of the other model's groups in pairs.
   smollm2  `lab-spell` (examples/hetero/lab.yaml: 8 own groups × 8, J = 4) and SmolLM2-135M-Instruct
            with LoRA (examples/hetero/smollm2.yaml: 4 own groups × 4, J = 4): a 49k-vocabulary chat
@@ -25,8 +25,8 @@ group weight is ≈ 1), so a pair run differs from its solo run only in the peer
 the mean IS weight on the peer's rows (rounds that used any), from the loss's `is_weight_external`;
 `w_share` the share of those weights ≥ 0.1 (not negligible); `filtered` the rows an f-* filter zeroed.
 
-    python -m bench.hetero [--losses nois tis gepo f-tis tis/sequence f-tis/sequence] [--seeds 0 1 2] [--rounds 40]
-    python -m bench.hetero --pair smollm2 --losses tis --rounds 10
+    python -m bench.hetero [--losses nois f-nois tis gepo f-tis tis/sequence] [--seeds 0 1 2] [--rounds 40]
+    python -m bench.hetero --pair smollm2 --losses tis --rounds 8      # docs/BENCHMARKS.md §12
 
 The nodes run in one process on the in-memory twin of the exchange (bench/sapo.py); the models
 are built on first use (about 1–5 minutes each). Writes bench/results/hetero[-smollm2].{json,png}.
@@ -93,7 +93,7 @@ def plot(rows: list[dict], models: tuple[str, str], path: Path, key: str) -> Non
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", choices=sorted(PAIRS), default="spell")
-    ap.add_argument("--losses", nargs="+", default=["nois", "tis", "gepo", "f-tis", "tis/sequence", "f-tis/sequence"],
+    ap.add_argument("--losses", nargs="+", default=["nois", "f-nois", "tis", "gepo", "f-tis", "tis/sequence"],
                     help="NAME or NAME/sequence (the whole-completion ratio instead of chunks)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=40)
