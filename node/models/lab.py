@@ -23,7 +23,7 @@ Stopping rule (deliberate early stop):
     seed `seed + 2`), sampled (T = 1) and greedy, so the number is not biased by the stopping
     decision (128 items were too few: sampled accuracy 0.098 or 0.191 by sampling seed alone). Target band for the
     sampled accuracy: 10 %–45 % (a stop at 35 % on 128 items has a standard error of ≈ 0.04, so the report set
-    may read a few points above it: lab-spell reads 0.377 or 0.412 depending on the transformers release).
+    may read a few points above it: lab-spell reads 0.377 or 0.412 depending on the installed packages).
 Training items come from dataset seed `seed`. These easy configurations have small question
 spaces, so the three streams overlap in questions: "held out" means other draws, not unseen
 questions; a node's own task stream (any seed) is the same distribution.
