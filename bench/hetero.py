@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--external", type=int, default=4, help="J: the peer's groups per step in pair runs")
+    ap.add_argument("--solo-loss", default="grpo",
+                    help="the solo runs' loss (grpo: with the sequence mean); e.g. gepo with --losses gepo "
+                         "separates GEPO's own reweighting from the peer's rows")
     args = ap.parse_args(argv)
     pair, t0 = PAIRS[args.pair], time.perf_counter()
     own, models = list(pair["own"]), pair["models"]
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["solo", *args.losses]:
             loss, _, scale = name.partition("/")  # "tis/sequence": tis with the whole-completion ratio
-            paths = configs(pair, Path(tmp), "grpo" if name == "solo" else loss)
+            paths = configs(pair, Path(tmp), args.solo_loss if name == "solo" else loss)
             j = 0 if name == "solo" else args.external
             # a node generates only its own prompts in every run, so its task stream (round × own + i) is the same
             over = [{**o, "generation.prompts_per_round": n, "train.cross_tokenizer": scale or "chunks"}
@@ -140,9 +143,9 @@ def main(argv: list[str] | None = None) -> None:
                          "w_share": statistics.fmean(shares) if shares else float("nan"),
                          "filtered": statistics.fmean(filtered) if filtered else float("nan")})
     print(f"\n== {' + '.join(models)}: {own} own (+ {args.external} peer's) groups × {args.rounds} rounds, "
-          f"seeds {args.seeds}; Δ = pair − solo gain, 95 % t-interval")
+          f"seeds {args.seeds}; Δ = pair − solo ({args.solo_loss}) gain, 95 % t-interval")
     print(table(rows, list(rows[0])))
-    tag = "" if args.pair == "spell" else f"-{args.pair}"
+    tag = ("" if args.pair == "spell" else f"-{args.pair}") + ("" if args.solo_loss == "grpo" else f"-solo-{args.solo_loss}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(rows, models, RESULTS / f"hetero{tag}.png", "delta" if args.pair == "spell" else "delta_score")
     path = write_json(f"hetero{tag}", {"args": vars(args), "rows": rows, "runs": runs,
