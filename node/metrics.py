@@ -37,6 +37,14 @@ class EvalResult:
 
     per_item: list[float]
     per_item_score: list[float] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)  # each item's task kind (node.tasks.source.task_label)
+
+    def by_label(self) -> dict[str, float]:
+        """Accuracy per task kind (e.g. per difficulty band), when the held-out mix has more than one."""
+        groups: dict[str, list[float]] = {}
+        for label, acc in zip(self.labels, self.per_item):
+            groups.setdefault(label, []).append(acc)
+        return {k: statistics.fmean(v) for k, v in sorted(groups.items())} if len(groups) > 1 else {}
 
     @property
     def score(self) -> float:

@@ -63,6 +63,7 @@ class Node:
                                        dht=getattr(transport, "dht", None))
         self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
         self._eval_set = self.tasks.eval_set()
+        self._eval_labels = self.tasks.eval_labels()
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
         self.policy_version = 0
@@ -115,7 +116,8 @@ class Node:
         k = self.cfg.eval.samples
         result = self.generator.generate(prompts, n=k)
         scores = [self.tasks.score_group(t, [c.text for c in g]) for t, g in zip(self._eval_set, result.groups)]
-        self.last_eval = EvalResult([sum(s >= 1.0 for s in row) / k for row in scores], [sum(row) / k for row in scores])
+        self.last_eval = EvalResult([sum(s >= 1.0 for s in row) / k for row in scores], [sum(row) / k for row in scores],
+                                    self._eval_labels)
         return self.last_eval
 
     # -- checkpoints -------------------------------------------------------------------------

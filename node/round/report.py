@@ -56,6 +56,8 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "eval_se": node.last_eval.se if eval_accuracy is not None and node.last_eval else None,
         # mean verifier score on the held-out items: partial credit moves before exact matches do
         "eval_score": node.last_eval.score if eval_accuracy is not None and node.last_eval else None,
+        "eval_accuracy_by_task": (node.last_eval.by_label() or None) if eval_accuracy is not None and node.last_eval
+        else None,
         "eval_accuracy_before": node.eval_before if out.round == 0 else None,
         "eval_se_before": node.eval_before_se if out.round == 0 else None,
         "eval_size": node.eval_size if eval_accuracy is not None or out.round == 0 else None,
@@ -64,8 +66,12 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "groups_published": len(out.local) if out.wire_bytes else 0,
         "groups_received": len(out.gathered.groups),
         "groups_zero_adv": sel.dropped_zero_adv,
+        "groups_informative": sum(g.informative for g in out.local),  # own groups with signal (rewards differ)
+        "groups_received_informative": sum(g.informative for g in out.gathered.groups),
         "external_peers": sorted({g.source for g in sel.groups if g.is_external}),
         "rows_trained": step.rows,
+        "tokens_generated": gen.new_tokens,
+        "tokens_trained": step.tokens,  # completion tokens the step trained on (own and peers')
         "rows_dash_filtered": step.rows_filtered,
         "completion_len_mean": statistics.fmean(lengths) if lengths else None,
         "gen_s": gen.seconds,

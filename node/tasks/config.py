@@ -127,18 +127,31 @@ class TaskConfig(BaseModel):
     extraction: Literal["strict", "lenient"] = Field(
         "strict", description="How the answer is read from a completion (module docstring)."
     )
+    reward: Literal["partial", "exact"] = Field("partial", description=(
+        "partial: the verifier's score in [0, 1] (reasoning-gym gives partial credit on some tasks, e.g. "
+        "per letter); exact: 1 when that score is ≥ 1 (a fully correct answer), else 0 — a binary reward, "
+        "under which a group whose completions all fail carries no signal and a peer's success can."))
     eval_size: int = Field(64, ge=0, le=10_000, description="Held-out evaluation items.")
     eval_seed: int = Field(EVAL_SEED, ge=0, le=2**29 - 1, description=(
         "Seed of the held-out set: the same on every node so accuracies compare. Its items come from a "
         "stream apart from every training stream, and training streams skip its questions."))
+    eval_datasets: list[DatasetSpec] | None = Field(None, description=(
+        "The held-out mix (reasoning-gym datasets), when it differs from the training mix: e.g. a node that "
+        "trains on one difficulty band and is evaluated on all of them. null = the training mix (dataset files "
+        "keep their own `holdout` rows)."))
     accept_external: list[DatasetEntry] | None = Field(
         None,
-        description="Allow-list (dataset + exact config, or dataset file) for peers' tasks; null = this node's own mix.",
+        description="Allow-list (dataset + exact config, or dataset file) for peers' tasks; null = this node's own "
+        "mix and its held-out mix (eval_datasets).",
     )
 
-    @field_validator("datasets")
+    @field_validator("datasets", "eval_datasets")
     @classmethod
-    def _configs_build(cls, specs: list[DatasetSpec | FileDatasetSpec]) -> list[DatasetSpec | FileDatasetSpec]:
+    def _configs_build(cls, specs: list[DatasetSpec | FileDatasetSpec] | None) -> list[DatasetSpec | FileDatasetSpec] | None:
+        if specs is None:
+            return specs
+        if not specs:
+            raise ValueError("needs at least one dataset")
         files = [s.name for s in specs if isinstance(s, FileDatasetSpec)]
         if len(set(files)) != len(files):
             raise ValueError(f"two dataset files share a name: {sorted(files)}; set `name:` on each")

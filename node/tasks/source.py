@@ -14,7 +14,8 @@ Answer extraction (documented in docs/CONFIG.md):
     is what the system prompt asks for.
   - `lenient`: the tagged answer if present, else the last non-empty line of the completion.
     Useful to measure models that answer correctly but ignore the format.
-The reward is the dataset's own `score_answer(answer, entry)` in [0, 1] (partial credit allowed).
+The reward is the dataset's own `score_answer(answer, entry)` in [0, 1] (partial credit allowed);
+with `tasks.reward: exact` it is 1 for a fully correct answer (score ≥ 1) and 0 otherwise.
 
 Peers' text is hostile input, so verification is bounded before any dataset code runs:
 reasoning-gym's regex `<answer>\\s?(.*?)\\s?</answer>` backtracks quadratically on an unclosed
@@ -43,7 +44,8 @@ from node.tasks.task import Task, TaskError
 from protocols.records import TaskRef
 
 DATASET_NAMES = frozenset(dataset_names())
-__all__ = ["DATASET_NAMES", "Task", "TaskError", "TaskSource", "extract", "regenerate", "render_prompt", "score"]
+__all__ = ["DATASET_NAMES", "Task", "TaskError", "TaskSource", "extract", "regenerate", "render_prompt", "score",
+           "task_label"]
 
 
 def regenerate(ref: TaskRef) -> Task:
@@ -69,7 +71,7 @@ class TaskSource:
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
-        accepted = cfg.accept_external if cfg.accept_external is not None else cfg.datasets
+        accepted = cfg.accept_external if cfg.accept_external is not None else cfg.datasets + (cfg.eval_datasets or [])
         self._allowed = {(s.name, config_key(s.config)) for s in accepted if isinstance(s, DatasetSpec)}
         self._weights = [s.weight for s in cfg.datasets]
         self.files = FileTasks([s for s in cfg.datasets if isinstance(s, FileDatasetSpec)],
@@ -95,13 +97,19 @@ class TaskSource:
         """Held-out items: the same mix from the held-out stream (files: their held-out rows), fixed for the run."""
         return list(self._eval)
 
+    def eval_labels(self) -> list[str]:
+        """The held-out items' task labels (task_label), in eval_set order: accuracies by task kind."""
+        return [task_label(t.ref, self._label_names) for t in self._eval]
+
     def _build_eval_set(self) -> list[Task]:
         base = eval_seed(self.cfg.eval_seed)
-        held_out = {s.name: iter(self.files.eval_tasks(s.name)) for s in self.cfg.datasets
-                    if isinstance(s, FileDatasetSpec)}
+        mix = self.cfg.eval_datasets or self.cfg.datasets
+        self._label_names = {s.name for s in mix if isinstance(s, DatasetSpec)
+                             if sum(isinstance(o, DatasetSpec) and o.name == s.name for o in mix) > 1}
+        held_out = {s.name: iter(self.files.eval_tasks(s.name)) for s in mix if isinstance(s, FileDatasetSpec)}
         out = []
         for i in range(self.cfg.eval_size):
-            spec = self.cfg.datasets[i % len(self.cfg.datasets)]
+            spec = mix[i % len(mix)]
             if isinstance(spec, FileDatasetSpec):
                 task = next(held_out[spec.name], None)  # a file holds `holdout` items, then none
                 if task is not None:
@@ -142,8 +150,20 @@ class TaskSource:
         """Rewards from this node's verifier: reasoning-gym's (in [0, 1], unparseable answer ⇒ 0) or,
         for a file task, the sum of this node's reward functions, called once for the group."""
         if is_file_ref(task.ref):
-            return self.files.score(task, completions)
-        return [score(task, c, self.cfg.extraction) for c in completions]
+            rewards = self.files.score(task, completions)
+        else:
+            rewards = [score(task, c, self.cfg.extraction) for c in completions]
+        if self.cfg.reward == "exact":
+            return [1.0 if r >= 1.0 else 0.0 for r in rewards]
+        return rewards
+
+
+def task_label(ref: TaskRef, with_config: set[str] = frozenset()) -> str:
+    """A short name for a task's kind: the dataset's name, plus its config (`name[k=v,…]`) when the
+    name is in `with_config` (a mix holding one dataset under several configs, e.g. difficulty bands)."""
+    if ref.dataset not in with_config or not isinstance(ref.config, dict):
+        return ref.dataset
+    return ref.dataset + "[" + ",".join(f"{k}={ref.config[k]}" for k in sorted(ref.config)) + "]"
 
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
