@@ -62,6 +62,15 @@ class SelectConfig(BaseModel):
     pool_size: int = Field(
         512, ge=1, le=1_000_000, description="Most external groups kept waiting in the pool (oldest out first)."
     )
+    pool_backfill: bool = Field(
+        False, description="When fewer than I of our own groups are informative, train on more peers' groups "
+        "(up to I + J in all): the step keeps its size when our own groups carry no signal (docs/ARCHITECTURE.md §5)."
+    )
+    prefer: Literal["uniform", "need"] = Field(
+        "uniform", description="Which pooled groups to take: uniform (SAPO: at random), or need — first those "
+        "on the task kinds (dataset and config) where our own recent rewards are lowest, e.g. the hard band "
+        "(docs/ARCHITECTURE.md §5)."
+    )
 
 
 class DelayConfig(BaseModel):

@@ -1,4 +1,4 @@
-"""Training-set selection: SAPO's I local + J external groups (SAPO, Algorithm 1).
+"""Training-set selection: SAPO's I local + J external groups (SAPO, Algorithm 1), and two options.
 
 Each round the node trains on up to I of its own groups and J groups drawn uniformly from the
 pool of verified external groups it has gathered and not used yet. With `backfill` (default),
@@ -8,6 +8,15 @@ fixed I + J). Groups whose rewards are all
 equal carry zero advantage and therefore zero gradient; they are dropped *before* sampling so
 the budget goes to informative groups (SAPO filters the same way). External groups stay in the
 pool until used or until they fall out of the staleness window.
+
+Two departures from SAPO, off by default (docs/ARCHITECTURE.md §5):
+  pool_backfill  the mirror of backfill: when fewer than I of our own groups are informative (a
+                 binary reward on tasks we mostly fail), more peers' groups fill the step, up to
+                 I + J in all.
+  prefer: need   pooled groups are taken first from the task kinds (dataset + config) where our own
+                 recent mean reward is lowest (an exponential average over our own groups, α 0.1;
+                 a kind we have never drawn counts as 0): the tasks our own groups fail on, where a
+                 peer's success is the only signal we get (SAPO's "aha" path). Ties at random.
 """
 
 from __future__ import annotations
@@ -17,6 +26,9 @@ from dataclasses import dataclass
 
 from node.round.config import SelectConfig
 from node.round.groups import Group
+from node.tasks.source import task_label
+
+NEED_ALPHA = 0.1  # weight of a new own group in the per-kind average reward (prefer: need)
 
 
 @dataclass
@@ -27,11 +39,17 @@ class Selection:
     dropped_zero_adv: int
 
 
+def kind_of(group: Group) -> str:
+    """A group's task kind: dataset and config (difficulty bands of one dataset are different kinds)."""
+    return task_label(group.task.ref, {group.task.ref.dataset})
+
+
 class SapoSelector:
     def __init__(self, cfg: SelectConfig, seed: int):
         self.cfg = cfg
         self.rng = random.Random(seed)
         self.pool: list[Group] = []
+        self.own_reward: dict[str, float] = {}  # task kind → recent mean reward of our own groups (prefer: need)
 
     def add_external(self, groups: list[Group]) -> None:
         self.pool.extend(groups)
@@ -50,15 +68,36 @@ class SapoSelector:
     def select(self, local: list[Group], external: list[Group] = ()) -> Selection:
         """Add this round's fresh `external` groups to the pool, then draw I local + J pooled groups."""
         self.add_external(list(external))
+        self._observe(local)
         dropped = 0
         if self.cfg.drop_zero_advantage:
             dropped = sum(not g.informative for g in local) + sum(not g.informative for g in self.pool)
             local = [g for g in local if g.informative]
             self.pool = [g for g in self.pool if g.informative]
-        take = min(self.cfg.external_groups, len(self.pool))
-        n_own = self.cfg.local_groups + (self.cfg.external_groups - take if self.cfg.backfill else 0)
+        i, j = self.cfg.local_groups, self.cfg.external_groups
+        own_short = max(0, i - len(local)) if self.cfg.pool_backfill and j else 0
+        take = min(j + own_short, len(self.pool))
+        n_own = i + (max(0, j - take) if self.cfg.backfill else 0)
         own = self.rng.sample(local, min(n_own, len(local)))
-        picked = set(self.rng.sample(range(len(self.pool)), take))
-        ext = [g for i, g in enumerate(self.pool) if i in picked]
-        self.pool = [g for i, g in enumerate(self.pool) if i not in picked]
+        picked = set(self._pick(take))
+        ext = [g for k, g in enumerate(self.pool) if k in picked]
+        self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         return Selection(own + ext, len(own), len(ext), dropped)
+
+    def _pick(self, take: int) -> list[int]:
+        """Indexes of `take` pooled groups: at random, or (prefer: need) neediest kinds first."""
+        if self.cfg.prefer == "uniform":
+            return self.rng.sample(range(len(self.pool)), take)
+        order = sorted(range(len(self.pool)),
+                       key=lambda k: (self.own_reward.get(kind_of(self.pool[k]), 0.0), self.rng.random()))
+        return order[:take]
+
+    def _observe(self, local: list[Group]) -> None:
+        """Update the per-kind average reward of our own groups (prefer: need reads it)."""
+        if self.cfg.prefer != "need":
+            return
+        for g in local:
+            mean = sum(g.rewards) / len(g.rewards)
+            kind = kind_of(g)
+            old = self.own_reward.get(kind)
+            self.own_reward[kind] = mean if old is None else (1 - NEED_ALPHA) * old + NEED_ALPHA * mean

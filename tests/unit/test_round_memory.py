@@ -10,6 +10,7 @@ from __future__ import annotations
 from node.config import parse_config
 from node.node import Node
 from swarm.memory import InMemoryHub, InMemoryTransport
+from node.round.loop import run_round
 from tests.memory_swarm import run_concurrently
 
 
@@ -39,3 +40,23 @@ def test_two_nodes_train_on_each_others_groups(tmp_path):
         assert {p for m in rows for p in m["external_peers"]} == {other}
         assert all(m["rows_trained"] > 0 and m["policy_version"] == k + 1 for k, m in enumerate(rows))
         assert all(m["wire_bytes"] > 0 for m in rows)
+
+
+def test_metrics_count_compute_and_break_held_out_accuracy_down_by_task_kind(tmp_path):
+    cfg = _config("solo", 0)
+    one, two = {"min_terms": 2, "max_terms": 2, "max_digits": 1}, {"min_terms": 3, "max_terms": 3, "max_digits": 1}
+    cfg["tasks"].update(eval_size=6, reward="exact",
+                        eval_datasets=[{"name": "chain_sum", "config": one}, {"name": "chain_sum", "config": two}])
+    cfg["eval"] = {"every": 1, "samples": 2}
+    cfg["swarm"] = {"enabled": False}
+    node = Node(parse_config(cfg), tmp_path / "solo")
+    try:
+        m = run_round(node, 0)
+    finally:
+        node.close()
+    by = m["eval_accuracy_by_task"]
+    assert sorted(by) == ["chain_sum[max_digits=1,max_terms=2,min_terms=2]", "chain_sum[max_digits=1,max_terms=3,min_terms=3]"]
+    assert abs(sum(by.values()) / 2 - m["eval_accuracy"]) < 1e-9  # 3 items per kind
+    assert m["tokens_generated"] > 0 and m["tokens_trained"] <= m["tokens_generated"]
+    assert 0 <= m["groups_informative"] <= 2 and m["groups_received_informative"] == 0
+    assert m["reward_mean"] in (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # exact: rewards are 0 or 1

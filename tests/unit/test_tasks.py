@@ -69,3 +69,40 @@ def test_bad_config_is_a_clear_error():
         DatasetSpec(name="nope")
     with pytest.raises(ValueError, match="bad config for dataset 'chain_sum'"):
         TaskConfig(datasets=[DatasetSpec(name="chain_sum", config={"min_terms": 5, "max_terms": 2})])
+
+
+SPELL = [{"min_word_len": 3, "max_word_len": 4}, {"min_word_len": 7, "max_word_len": 8}]
+
+
+def spell_source(**kw) -> TaskSource:
+    return TaskSource(TaskConfig(datasets=[DatasetSpec(name="spell_backward", config=c) for c in SPELL], **kw))
+
+
+def test_exact_reward_is_binary_where_partial_gives_credit_per_letter():
+    partial, exact = spell_source(), spell_source(reward="exact")
+    task = regenerate(TaskRef("spell_backward", dict(SPELL[1]), 5, 0))
+    near = task.answer[:-1] + ("a" if task.answer[-1] != "a" else "b")  # one letter wrong
+    [p_near, p_right] = partial.score_group(task, [f"<answer>{near}</answer>", f"<answer>{task.answer}</answer>"])
+    assert 0.0 < p_near < 1.0 and p_right == 1.0
+    assert exact.score_group(task, [f"<answer>{near}</answer>", f"<answer>{task.answer}</answer>", "x"]) == [0.0, 1.0, 0.0]
+
+
+def test_eval_datasets_set_the_held_out_mix_and_its_labels():
+    band = [DatasetSpec(name="spell_backward", config=SPELL[1])]
+    s = TaskSource(TaskConfig(datasets=band, eval_datasets=[DatasetSpec(name="spell_backward", config=c) for c in SPELL],
+                              eval_size=6))
+    configs = [t.ref.config for t in s.eval_set()]
+    assert configs == [SPELL[0], SPELL[1]] * 3  # both bands, alternating, though training draws only the hard one
+    labels = s.eval_labels()
+    assert labels[0] == "spell_backward[max_word_len=4,min_word_len=3]" and len(set(labels)) == 2
+    assert all(t.ref.config == SPELL[1] for t in s.sample(0, 8))
+    # peers' tasks on any band of the held-out mix are accepted by default
+    assert s.check_external(TaskRef("spell_backward", dict(SPELL[0]), 99, 0)).question
+    # one dataset: the label is its name
+    assert source(eval_size=2).eval_labels() == ["chain_sum", "chain_sum"]
+
+
+def test_eval_datasets_must_build():
+    with pytest.raises(ValueError, match="bad config for dataset"):
+        TaskConfig(datasets=[DatasetSpec(name="chain_sum", config=CHAIN)],
+                   eval_datasets=[DatasetSpec(name="chain_sum", config={"bogus": 1})])
