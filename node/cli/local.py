@@ -9,6 +9,10 @@ the nodes have different groups to exchange. With `metrics.prometheus_port` set,
 lines are printed, the other nodes stopped, the exit status is non-zero (`--restart N` restarts it
 instead, up to N times, resuming from its checkpoint). The run ends with a per-node table (how it
 ended, reward and held-out accuracy first vs last) and ``OUT/metrics.png``.
+
+`--control` adds a solo control node ``<name>-solo``: node 0's config, seed and task stream, the same
+groups generated per round, no swarm, training on all of its own groups (I + J own, no peers'). The
+final table then sets node 0 against it on the same held-out items: what the swarm gave node 0.
 """
 
 from __future__ import annotations
@@ -76,7 +80,31 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         extra = [a for s in sets + user_sets for a in ("--set", s)]
         cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
         plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds is not None else [])))
+    if getattr(args, "control", False):
+        plan.append(_control(args, configs[0], bases[0], user_sets))
     return plan
+
+
+def _control(args, path: str, base: NodeConfig, user_sets: list[str]) -> tuple[str, str, NodeConfig, list[str]]:
+    """The solo control: node 0's config, seed and task stream, no swarm, all of its own groups trained."""
+    if getattr(args, "samplers", None) is not None or base.federated is not None:
+        raise ConfigError("--control compares a sampling-and-training node with one alone: not with --samplers "
+                          "or a federated config")
+    sel = base.select
+    sets = [f"name={base.name}-solo", "swarm.enabled=false", "metrics.console=false", f"seed={base.seed}",
+            f"tasks.seed={base.tasks.seed}", f"select.local_groups={sel.local_groups + sel.external_groups}",
+            "select.external_groups=0"]
+    if base.torch_threads is None:
+        sets.append(f"torch_threads={max(1, (os.cpu_count() or 2) // (args.nodes + 1))}")
+    sets += user_sets
+    cfg = load_config(path, _as_overrides(sets, args.rounds))
+    extra = [a for s in sets for a in ("--set", s)] + (["--rounds", str(args.rounds)] if args.rounds is not None else [])
+    return f"{base.name}-solo", path, cfg, extra
+
+
+def _start(name: str, path: str, cfg: NodeConfig, out: Path, maddrs: list[str], extra: list[str]) -> Child:
+    """One node process; a node without a swarm (the solo control) is given no bootstrap peers."""
+    return start_node(name, path, out / name, (["--initial-peers", *maddrs] if cfg.swarm.enabled else []) + extra)
 
 
 def _as_overrides(sets: list[str], rounds: int | None) -> dict[str, Any]:
@@ -150,8 +178,7 @@ def run_local(args) -> int:
     status: dict[str, str] = {}
     interrupted, failed = False, None
     try:
-        nodes = {name: start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra)
-                 for name, path, _cfg, extra in plan}
+        nodes = {name: _start(name, path, cfg, out, maddrs, extra) for name, path, cfg, extra in plan}
         children += nodes.values()
         failed = _supervise(bootstrap, nodes, plan, out, maddrs, getattr(args, "restart", 0), status, children)
         for name, c in nodes.items():
@@ -165,7 +192,8 @@ def run_local(args) -> int:
     latest = {c.name: c for c in children[1:]}  # a restarted node: its last process
     for name, c in latest.items():
         status.setdefault(name, "interrupted" if interrupted else "done" if c.returncode == 0 else f"exit {c.returncode}")
-    summarize(out, [name for name, *_ in plan], status)
+    control = plan[-1][0] if getattr(args, "control", False) else None
+    summarize(out, [name for name, *_ in plan], status, control=(plan[0][0], control) if control else None)
     return 130 if interrupted else (1 if failed else 0)
 
 
@@ -177,7 +205,7 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
     are (their samplers run until then and are stopped by the caller, not counted as failures)."""
     tails = {name: _Tail(out / name / "metrics.jsonl") for name in nodes}
     left = dict.fromkeys(nodes, restarts)
-    args_of = {name: (path, extra) for name, path, _cfg, extra in plan}
+    args_of = {name: (path, cfg, extra) for name, path, cfg, extra in plan}
     ends = [name for name, _, cfg, _ in plan if cfg.role == "learner"] or list(nodes)
     while True:
         for tail in tails.values():
@@ -201,8 +229,8 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
             left[name] -= 1
             print(f"restarting {name} ({restarts - left[name]} of {restarts}); it resumes from its last checkpoint",
                   flush=True)
-            path, extra = args_of[name]
-            nodes[name] = start_node(name, path, out / name, ["--initial-peers", *maddrs] + extra)
+            path, cfg, extra = args_of[name]
+            nodes[name] = _start(name, path, cfg, out, maddrs, extra)
             children.append(nodes[name])
         if all(nodes[name].poll() == 0 for name in ends):
             for tail in tails.values():  # the last lines written before exit
@@ -235,9 +263,23 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def summarize(out: Path, names: list[str], status: dict[str, str] | None = None) -> None:
+def control_line(swarm, solo, swarm_name: str, solo_name: str) -> str:
+    """Node 0's held-out gain minus its solo control's (same seed, task stream and held-out items)."""
+    if not swarm or not solo or None in (swarm[0], swarm[2], solo[0], solo[2]):
+        return f"{swarm_name} vs its solo control {solo_name}: no held-out evaluation to compare"
+    d = (swarm[2] - swarm[0]) - (solo[2] - solo[0])
+    ses = [x for x in (swarm[1], swarm[3], solo[1], solo[3]) if x is not None and x == x]
+    se = sum(x * x for x in ses) ** 0.5 if len(ses) == 4 else None
+    return (f"{swarm_name} with its peers vs {solo_name} alone (same seed, task stream, generation and held-out items): "
+            f"gain {swarm[2] - swarm[0]:+.3f} vs {solo[2] - solo[0]:+.3f}, difference {d:+.3f}"
+            + (f" (± {se:.3f} s.e.; one seed — docs/BENCHMARKS.md §13 has the 8-seed answer)" if se else ""))
+
+
+def summarize(out: Path, names: list[str], status: dict[str, str] | None = None,
+              control: tuple[str, str] | None = None) -> None:
     """Per-node table (how it ended, rounds, groups used, reward first vs last fifth, held-out accuracy
-    before → after with standard errors, and the gain in standard errors) + metrics.png."""
+    before → after with standard errors, and the gain in standard errors) + metrics.png; with a solo
+    `control` (node 0's name, the control's), node 0's gain against the control's."""
     from rich.console import Console
     from rich.table import Table
 
@@ -246,7 +288,7 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None)
     for col in ("node", "status", "rounds", "own groups", "peer groups", "peer IS weight", "peers",
                 "reward first→last", "held-out acc before → after (± s.e.)", "gain / s.e."):
         table.add_column(col)
-    dirs = []
+    dirs, held = [], {}
     for name in names:
         path = out / name / "metrics.jsonl"
         rows = read_metrics(path) if path.is_file() else []
@@ -260,6 +302,7 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None)
         if before is None and evals:
             before, se_b = evals[0]["eval_accuracy"], evals[0].get("eval_se")
         after, se_a = (evals[-1]["eval_accuracy"], evals[-1].get("eval_se")) if evals else (None, None)
+        held[name] = (before, se_b, after, se_a)
         peers = sorted({p for m in rows for p in m.get("external_peers", [])})
         weights = [m["is_weight_external"] for m in rows if m.get("groups_external") and "is_weight_external" in m]
         table.add_row(
@@ -269,6 +312,8 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None)
             f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
     Console(width=max(170, Console().width)).print(table)
+    if control:
+        print(control_line(held.get(control[0]), held.get(control[1]), *control))
     if dirs:
         from node.cli.plot import plot_runs
 

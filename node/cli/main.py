@@ -2,7 +2,7 @@
 
   swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ... | --initial-peers-file PATH|URL]
              [--identity FILE] [--host-maddrs ...] [--announce-maddrs ...] [--client-mode] [--set k=v ...]
-  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N]
+  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N] [--control]
   swarm local --samplers K --config FILE [--rounds N] [--out DIR] [--restart N]   (HeteroRL: a learner + K samplers)
   swarm bootstrap [--host-maddrs ...] [--announce-maddrs ...] [--identity FILE] [--maddrs-file FILE]
   swarm doctor [--config FILE] [network flags as for node]
@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--restart", type=int, default=0, metavar="N",
                     help="restart a node that dies, up to N times (it resumes from its checkpoint); "
                     "default 0: a dying node stops the run, non-zero exit")
+    lo.add_argument("--control", action="store_true",
+                    help="also run a solo control: node 0's config, seed and task stream alone, training on all of "
+                    "its own groups; the final table compares node 0's held-out gain with it")
     lo.set_defaults(fn=cmd_local)
 
     b = sub.add_parser("bootstrap", help="run a DHT bootstrap peer and print its multiaddrs")

@@ -26,7 +26,7 @@ def _swarm(*args: str, **kw) -> subprocess.Popen:
 
 def test_three_nodes_train_on_each_others_groups(tmp_path):
     proc = _swarm("local", "--nodes", "3", "--config", "examples/tiny-swarm.yaml", "--rounds", "3",
-                  "--out", str(tmp_path))
+                  "--out", str(tmp_path), "--control")
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     peer_ids = {}
@@ -42,6 +42,12 @@ def test_three_nodes_train_on_each_others_groups(tmp_path):
         assert sum(m["groups_external"] for m in rows) > 0
         assert all(m["rows_trained"] > 0 for m in rows)
     assert "held-out acc" in out and (tmp_path / "metrics.png").stat().st_size > 0
+    # --control: node 0's stream alone, no transport, every own group it generates trained
+    solo = read_metrics(tmp_path / "tiny-solo" / "metrics.jsonl")
+    assert [m["round"] for m in solo] == [0, 1, 2]
+    assert all(m["groups_external"] == 0 and m["peers_seen"] == 0 and m["wire_bytes"] == 0 for m in solo)
+    assert all(m["rows_trained"] > 0 for m in solo)
+    assert "tiny-0 with its peers vs tiny-solo alone" in out, out[-2000:]
 
 
 def test_ctrl_c_stops_every_process(tmp_path):

@@ -19,3 +19,24 @@ def test_metrics_ports_are_derived_per_node():
         assert extra[-2:] == ["--set", f"metrics.prometheus_port={9123 + i}"]
     assert [cfg.metrics.prometheus_port for _, _, cfg, _ in _plan()] == [None] * 3
     assert [cfg.metrics.prometheus_port for _, _, cfg, _ in _plan("metrics.prometheus_port=0")] == [0] * 3
+
+
+def test_the_solo_control_runs_node_0s_stream_alone_on_all_its_own_groups():
+    plan = _node_plan(Namespace(config=["examples/lab-swarm.yaml"], nodes=2, rounds=5, set=["seed=7"], control=True))
+    (n0, _, c0, _), (n1, _, c1, _), (solo, _, cs, extra) = plan
+    assert (n0, n1, solo) == ("lab-0", "lab-1", "lab-solo")
+    assert cs.swarm.enabled is False and c0.swarm.enabled is True
+    assert (cs.seed, cs.tasks.seed) == (c0.seed, c0.tasks.seed) != (c1.seed, c1.tasks.seed)
+    assert cs.generation.prompts_per_round == c0.generation.prompts_per_round
+    assert (cs.select.local_groups, cs.select.external_groups) == (c0.select.local_groups + c0.select.external_groups, 0)
+    assert cs.rounds == 5 and "--initial-peers" not in extra
+
+
+def test_the_solo_control_refuses_a_learner_and_its_samplers():
+    import pytest
+
+    from node.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--control"):
+        _node_plan(Namespace(config=["examples/heterorl/lab.yaml"], nodes=1, samplers=1, rounds=None, set=[], out="runs/x",
+                             control=True))
