@@ -26,6 +26,9 @@ seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules o
   SAPO at equal compute   B − A > 0 with an interval that excludes 0
 
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
+`--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
+libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
+twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
 Runs are appended to bench/results/sharing<tag>.jsonl as they finish (an interrupted invocation
 resumes where it stopped); the table goes to sharing<tag>.json and the figure to sharing<tag>.png.
 
@@ -127,6 +130,53 @@ def run_one(job: dict) -> dict:
         seconds=round(seconds, 1), before=run["before"], after=run["after"],
         before_by_task=run["before_by_task"], after_by_task=run["after_by_task"],
         curves=run["curves"])
+    return out
+
+
+def run_hivemind(job: dict) -> dict:
+    """One swarm as `swarm local` processes over real hivemind peers: node k gets seed and tasks.seed
+    100·seed + k, as run_swarm gives it."""
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from node.metrics import read_metrics
+
+    i, j, g, special = job["arm_spec"]
+    if special:
+        raise SystemExit("bench.sharing: --hivemind runs arms without specialties")
+    sets = {"select.local_groups": i,
+            "select.external_groups": j, "generation.prompts_per_round": g, "eval.every": job["rounds"],
+            "checkpoint.every": 10**6, "torch_threads": 1, "swarm.wait_s": 0, **job["overrides"]}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}")]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = yaml.safe_load(Path(job["config"]).read_text())  # swarm local gives node k seed + k, tasks.seed + k
+        config["seed"] = 100 * job["seed"]
+        config.setdefault("tasks", {})["seed"] = 100 * job["seed"]
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = subprocess.run([sys.executable, "-m", "node.cli", "local", "--nodes", str(job["nodes"]), "--config",
+                               str(path), "--rounds", str(job["rounds"]), "--out", f"{tmp}/run", *args],
+                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"swarm local failed ({proc.returncode}): {proc.stdout[-2000:]}")
+        run = Path(tmp) / "run"
+        rows = [read_metrics(run / d / "metrics.jsonl") for d in sorted(os.listdir(run))
+                if (run / d / "metrics.jsonl").is_file()]
+    before = [r[0]["eval_accuracy_before"] for r in rows]
+    after = [[m for m in r if m.get("eval_accuracy") is not None][-1]["eval_accuracy"] for r in rows]
+    gains = [a - b for a, b in zip(after, before)]
+    out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
+    out.update(transport="hivemind", gain=statistics.fmean(gains), node_gains=gains, gain_by_task={},
+               cum_reward=statistics.fmean(sum(m["reward_mean"] for m in r) for r in rows),
+               external_groups=statistics.fmean(sum(m["groups_external"] for m in r) for r in rows),
+               s_per_node_round=statistics.fmean(m["round_s"] for r in rows for m in r),
+               seconds=round(time.perf_counter() - started, 1), before=before, after=after, before_by_task=[{}],
+               curves=[[m["reward_mean"] for m in r] for r in rows])
     return out
 
 
@@ -264,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--hivemind", action="store_true", help="run each swarm over real hivemind peers (swarm local)")
     ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
     args = ap.parse_args(argv)
     arms = dict(parse_arm(a) for a in (args.arms or (["C"] if args.sizes else list(ARMS))))
@@ -284,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, \
                 (RESULTS / f"sharing{args.tag}.jsonl").open("a") as sink:
-            futures = [pool.submit(run_one, j) for j in jobs]
+            futures = [pool.submit(run_hivemind if args.hivemind else run_one, j) for j in jobs]
             for k, fut in enumerate(cf.as_completed(futures), 1):
                 r = fut.result()
                 sink.write(json.dumps(r) + "\n")
