@@ -57,6 +57,7 @@ class Restored:
     round: int  # the last completed round
     policy_version: int
     extra: dict[str, Any]
+    name: str = ""  # the checkpoint's directory name
 
 
 def _is_peft(model) -> bool:
@@ -167,7 +168,7 @@ def restore(ckpt_dir: Path, *, model, optimizer) -> Restored | None:
             continue
         if failures:
             log.warning("resumed from %s, the newest usable checkpoint", path.name)
-        return Restored(state["round"], state["policy_version"], state.get("extra", {}))
+        return Restored(state["round"], state["policy_version"], state.get("extra", {}), path.name)
     if failures:
         raise CheckpointError(f"no usable checkpoint in {ckpt_dir} ({'; '.join(failures)}); move the directory "
                               "away or set checkpoint.resume=false to start fresh")

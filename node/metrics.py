@@ -3,8 +3,9 @@
 the trackers of `report_to` (TensorBoard, Weights & Biases: node.tracking).
 
 Each JSONL line is flushed and fsync'd as it is written, so a `kill -9` loses no finished
-round. Rounds re-run after a resume append new lines (marked `"resumed": true` on the first);
-readers keep the last line per round.
+round. Every start marks the first line it writes: `"start": "fresh"` or `"start": "resumed"` with
+`"start_from"` (the checkpoint); rounds re-run after a resume append new lines (the first also
+marked `"resumed": true`); readers keep the last line per round.
 """
 
 from __future__ import annotations
@@ -144,15 +145,15 @@ class MetricsLog:
         self.prom = Prom(node)
         self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
         self.trackers = build_trackers(cfg, out_dir, node, run_config)
-        self._resumed = False
+        self._start: dict[str, Any] = {"start": "fresh"}
 
-    def mark_resumed(self) -> None:
-        self._resumed = True
+    def mark_resumed(self, checkpoint: str = "") -> None:
+        self._start = {"start": "resumed", "start_from": checkpoint, "resumed": True}
 
     def write(self, m: dict[str, Any]) -> None:
-        if self._resumed:
-            m = {**m, "resumed": True}
-            self._resumed = False
+        if self._start:
+            m = {**m, **self._start}
+            self._start = {}
         with open(self.path, "a") as f:
             f.write(json.dumps(m, sort_keys=True) + "\n")
             f.flush()

@@ -68,6 +68,7 @@ class Node:
         self._prompt_cache: dict = {}
         self.policy_version = 0
         self.next_round = 0
+        self.start = "fresh start"  # or "resumed from <checkpoint>" (_resume)
         self.eval_before: float | None = None  # held-out accuracy before round 0
         self.last_eval: EvalResult | None = None  # the newest held-out evaluation
         self.eval_before_se: float | None = None
@@ -138,13 +139,17 @@ class Node:
     def _resume(self) -> None:
         restored = checkpoint.restore(self.ckpt_dir, model=self.model, optimizer=self.optimizer)
         if restored is None:
+            if (self.out_dir / "metrics.jsonl").is_file() and (self.out_dir / "metrics.jsonl").stat().st_size:
+                log.warning("%s: fresh start from round 0: no checkpoint in %s, though metrics.jsonl holds rounds "
+                            "of an earlier run (they are re-run)", self.cfg.name, self.ckpt_dir)
             return
         self.next_round = restored.round + 1
         self.policy_version = restored.policy_version
         self.generator.sync_weights(self.model, self.policy_version, force=True)  # vLLM holds a copy
         if "selector_rng" in restored.extra:
             self.selector.rng.setstate(checkpoint.from_jsonable(restored.extra["selector_rng"]))
-        self.log.mark_resumed()
+        self.log.mark_resumed(restored.name)
+        self.start = f"resumed from {restored.name}"
         log.warning("%s: resumed from checkpoint of round %d (policy v%d)",
                     self.cfg.name, restored.round, restored.policy_version)
 

@@ -120,7 +120,7 @@ def cmd_node(args) -> int:
         stack.callback(node.close)
         print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
-              f"rounds {node.next_round}..{cfg.rounds - 1} · out {out}", flush=True)
+              f"rounds {node.next_round}..{cfg.rounds - 1} ({node.start}) · out {out}", flush=True)
         run(node, cfg.rounds)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +61,15 @@ def test_sigkill_then_restart_resumes_from_the_last_checkpoint(tmp_path):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     resumed = [m for m in rows if m.get("resumed")]
     assert len(resumed) == 1 and resumed[0]["round"] == last + 1
+    # every start is marked: the first line fresh, the first after the restart resumed from its checkpoint
+    assert [(m["round"], m["start"]) for m in rows if "start" in m] == [(0, "fresh"), (last + 1, "resumed")]
+    assert resumed[0]["start_from"] == done[-1] and f"resumed from {done[-1]}" in again.stdout
+    # a restart that finds no checkpoint is a fresh start, and says so
+    shutil.rmtree(ckpts)
+    fresh = swarm(*args[:4], "1", *args[5:])
+    assert fresh.returncode == 0, fresh.stderr
+    assert "(fresh start)" in fresh.stdout and "no checkpoint in" in fresh.stderr
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["start"] == "fresh"
     assert resumed[0]["policy_version"] == last + 2  # restored version last+1, then one step
     assert [m["round"] for m in read_metrics(out / "metrics.jsonl")] == list(range(last + 3))
     assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
