@@ -37,6 +37,7 @@ import msgpack
 import numpy as np
 import zstandard
 
+from protocols.addrs import decode_addrs
 from protocols.records import (
     FINISH_REASONS,
     SCHEMA_VERSION,
@@ -374,7 +375,10 @@ def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS) -> tuple[list[RolloutR
 
 
 def encode_announcement(a: Announcement) -> bytes:
-    return msgpack.packb(asdict(a), use_bin_type=True)
+    d = asdict(a)
+    if not d["addrs"]:
+        del d["addrs"]  # no dial hint: exactly the fields of an announcement without one
+    return msgpack.packb(d, use_bin_type=True)
 
 
 def unpack_small_map(data: Any, limit: int = 1024) -> Any:
@@ -398,9 +402,10 @@ def decode_announcement(data: Any) -> Announcement:
         a = Announcement(peer=_get(d, "peer", str, "ann"), window=_get(d, "window", int, "ann"),
                          count=_get(d, "count", int, "ann"), nbytes=_get(d, "nbytes", int, "ann"),
                          sha256=_get(d, "sha256", str, "ann"), policy_version=_get(d, "policy_version", int, "ann"),
-                         created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"))
-    except RecordError as exc:
-        if exc.reason == "version":
+                         created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"),
+                         addrs=decode_addrs(d.get("addrs", "")))
+    except ValueError as exc:  # RecordError (a ValueError) included
+        if isinstance(exc, RecordError) and exc.reason == "version":
             raise
         raise RecordError("bad_announcement", str(exc)) from None
     if a.window < 0 or a.count < 0 or a.nbytes <= 0 or a.policy_version < 0 or not math.isfinite(a.created_at):

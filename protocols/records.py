@@ -82,7 +82,7 @@ class Announcement:
     """The small value announcing one bundle of one peer (the bytes move over a libp2p stream).
 
     Stored in the DHT under the key of the time window it was published in (protocols.keys), and
-    pushed directly to recently seen peers; both carry exactly these fields.
+    pushed directly to recently seen peers; both carry exactly these fields (`addrs` only when not empty).
     """
 
     peer: str  # publisher peer id (whom to fetch the bundle from)
@@ -93,3 +93,4 @@ class Announcement:
     policy_version: int  # publisher's policy version, for staleness before any download
     created_at: float  # publisher's clock (unix s) when it published: age before any download
     v: int = field(default=SCHEMA_VERSION)  # schema version
+    addrs: str = ""  # optional dial hint: the publisher's TCP multiaddrs, space-separated (protocols.addrs)

@@ -6,12 +6,15 @@ fresh one to a private temp file that is deleted once p2pd has read it — and s
 signs announcements are the same (swarm.identity). Hivemind traps handled: `DHT(start=True)`
 explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
 host), and a bootstrap failure turned into `BootstrapUnreachable` with one line. Client mode and
-relay options go to hivemind here (`network_options`).
+relay options go to hivemind here (`network_options`). `read_keys` is the DHT read that runs
+inside the DHT process (the transport's and the weight channel's polls).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import shutil
 from collections.abc import Sequence
 
@@ -20,7 +23,7 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.config import SwarmConfig
-from swarm.identity import ephemeral_identity, load_or_create_identity
+from swarm.identity import ephemeral_identity, load_or_create_identity, peer_id_of_subkey
 
 
 class BootstrapUnreachable(RuntimeError):
@@ -72,3 +75,22 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
         if cfg.initial_peers and ("bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))):
             raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None
         raise
+
+
+async def read_keys(_dht, node, keys: list[str], per_key: int) -> dict[str, list[tuple[str | None, object]]]:
+    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each."""
+    found = await node.get_many(keys, sufficient_expiration_time=float("inf"))
+    rng = random.Random(os.urandom(8))
+    out: dict[str, list[tuple[str | None, object]]] = {}
+    for key, item in found.items():
+        value = getattr(item, "value", None)
+        if value is None:
+            continue
+        if not hasattr(value, "items"):  # not a dictionary of signed subkeys: unsigned, dropped as forged
+            out[key] = [(None, repr(value)[:64])]
+            continue
+        entries = list(value.items())
+        if len(entries) > per_key:
+            entries = rng.sample(entries, per_key)
+        out[key] = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
+    return out

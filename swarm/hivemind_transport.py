@@ -3,7 +3,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
 
     publish(records):  bundle = encode_bundle(records), kept in memory for max_age_s (bounded in
                        bytes); DHT.store(key=rollouts_key(swarm, window, our shard),
-                       subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB),
+                       subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB, naming
+                       our addresses: protocols.addrs),
                        expiration=now + max_age_s); the same announcement is pushed over
                        swarm.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
                        client mode (no listen address) the bundle is offered with its bytes to
@@ -12,14 +13,16 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        window's every 4th tick, and on start the windows of the last max_age_s,
                        newest first, two per tick); every (subkey, value) goes through the shared
                        receive rules (swarm.transport.Inbox), and the fan-in choice decides what
-                       to fetch over swarm.wire.HANDLER_NAME
+                       to fetch over swarm.wire.HANDLER_NAME (dialled at the announced
+                       addresses first, then by libp2p's routing: swarm.dial)
     take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
                        than `min` are ready)
     handlers:          bundle pulls, notifications, pushed bundles (swarm.push), and our swarm id,
                        protocol version and clock for `swarm doctor` (swarm.wire.INFO_NAME)
 
 One RSA key (swarm.identity) is both the libp2p identity and the DHT signing key, so the peer id
-a receiver derives from the signed subkey is the peer it dials for the bytes, and the `peer`
+a receiver derives from the signed subkey is the peer it dials for the bytes (a connection at an
+announced address is to that peer, or libp2p refuses it), and the `peer`
 field of every record must equal it; a push is attributed to the stream's authenticated peer.
 
 Threads and processes: hivemind's DHT runs in a child process (fork) driven through its pipe;
@@ -28,8 +31,8 @@ is not thread-safe), the P2P replica (`dht.replicate_p2p()`), the stream handler
 fetches. The synchronous front submits coroutines to that loop with timeouts; peer data never
 raises out of it (SwarmError is raised only for our own failures, e.g. after shutdown).
 
-Hivemind traps handled: a DHT read runs inside the DHT process (`_read_keys`), which maps each
-signed subkey to its peer id and returns at most `max_entries_per_key` entries per key, so
+Hivemind traps handled: a DHT read runs inside the DHT process (`swarm.dht.read_keys`), which maps
+each signed subkey to its peer id and returns at most `max_entries_per_key` entries per key, so
 what crosses the pipe stays far below the ~70 KB at which hivemind's uvloop pipe breaks; one
 RPC message is capped at 4 MiB, so bytes move as ≤ 1 MiB frames on a raw stream.
 """
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import threading
 import time
@@ -46,14 +48,15 @@ from collections import OrderedDict
 from functools import partial
 
 from hivemind import DHT
-from hivemind.p2p import PeerID
 
+from protocols.addrs import encode_addrs
 from protocols.keys import rollouts_key, shard_of, window_of, windows_back
 from protocols.records import Announcement, RolloutRecord
 from swarm import wire
 from swarm.config import SwarmConfig
-from swarm.dht import start_swarm_dht
-from swarm.identity import peer_id_of_key, peer_id_of_subkey
+from swarm.dht import read_keys, start_swarm_dht
+from swarm.dial import FetchErrors, open_stream
+from swarm.identity import peer_id_of_key
 from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
 
@@ -68,25 +71,6 @@ class SwarmError(RuntimeError):
     """This node's own transport failed (not a peer's fault), e.g. used after shutdown."""
 
 
-async def _read_keys(_dht, node, keys: list[str], per_key: int) -> dict[str, list[tuple[str | None, object]]]:
-    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each."""
-    found = await node.get_many(keys, sufficient_expiration_time=float("inf"))
-    rng = random.Random(os.urandom(8))
-    out: dict[str, list[tuple[str | None, object]]] = {}
-    for key, item in found.items():
-        value = getattr(item, "value", None)
-        if value is None:
-            continue
-        if not hasattr(value, "items"):  # not a dictionary of signed subkeys: unsigned, dropped as forged
-            out[key] = [(None, repr(value)[:64])]
-            continue
-        entries = list(value.items())
-        if len(entries) > per_key:
-            entries = rng.sample(entries, per_key)
-        out[key] = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
-    return out
-
-
 class HivemindTransport:
     """Transport (swarm.transport.Transport) over a hivemind DHT and libp2p streams."""
 
@@ -96,6 +80,8 @@ class HivemindTransport:
         self.inbox = Inbox(self.limits)
         self.peer_id = ""
         self.publish_failures = 0  # announcements no DHT node accepted (logged each time)
+        self.addrs = ""  # our dial hint in every announcement (protocols.addrs); "" in client mode
+        self.fetch_errors = FetchErrors()  # peer → why its last fetch failed (`swarm doctor`)
         self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
@@ -132,6 +118,8 @@ class HivemindTransport:
         self._fetch_slots = asyncio.Semaphore(self.cfg.max_concurrent_fetches)
         self._tasks: set[asyncio.Task] = set()
         self._p2p = await self._dht.replicate_p2p()
+        if not self.cfg.client_mode:  # a client-mode p2pd has no address to name
+            self.addrs = encode_addrs(str(a) for a in await self._p2p.get_visible_maddrs())
         await self._p2p.add_binary_stream_handler(wire.HANDLER_NAME, self._handle_stream)
         await self._p2p.add_binary_stream_handler(wire.NOTIFY_NAME, self._handle_notify)
         await self._p2p.add_binary_stream_handler(wire.PUSH_NAME, self._handle_push)
@@ -230,7 +218,7 @@ class HivemindTransport:
         The DHT store runs on the transport's loop in the background (the DHT nodes nearest the key may be
         slow peers, and a round must not be paced by them); one no DHT node accepted is counted
         (publish_failures) and logged."""
-        data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s)
+        data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s, addrs=self.addrs)
         self._serve(ann, data)
         if self._loop is None or self._stopped.is_set():
             raise SwarmError("transport is not running (never started, or shut down)")
@@ -280,7 +268,7 @@ class HivemindTransport:
             data = self._lookup(self.cfg.swarm_id, ann.sha256)
             peers = self.pusher.targets(self.inbox.known_peers(), time.time())
             if data is not None and push:
-                self._spawn(self.pusher.offer_all(self._p2p, peers, value, data))
+                self._spawn(self.pusher.offer_all(self._p2p, peers, value, data, self.inbox.addrs_of))
             return True
         for peer in self.inbox.known_peers()[: self.cfg.notify_peers] if push else ():
             self._spawn(self._push(peer, value))
@@ -294,7 +282,7 @@ class HivemindTransport:
         try:
             async def push() -> None:
                 nonlocal writer
-                _, _, writer = await self._p2p.call_binary_stream_handler(PeerID.from_base58(peer), wire.NOTIFY_NAME)
+                _, writer = await self.open_stream(peer, wire.NOTIFY_NAME)
                 await wire.write_frame(writer, value)
             await asyncio.wait_for(push(), self.cfg.fetch_timeout_s)
         except asyncio.CancelledError:
@@ -311,6 +299,10 @@ class HivemindTransport:
         with self._served_lock:
             found = self._served.get(sha256)
         return found[0] if found and found[1] >= time.time() - self.cfg.max_age_s else None
+
+    async def open_stream(self, peer: str, protocol: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A `protocol` stream to `peer`, through the addresses of its newest announcement first (swarm.dial)."""
+        return await open_stream(self._p2p, peer, protocol, self.inbox.addrs_of(peer))
 
     async def _handle_stream(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await wire.serve_stream(reader, writer, self._lookup, self.cfg.fetch_timeout_s, "a bundle stream")
@@ -376,7 +368,7 @@ class HivemindTransport:
         keys = {rollouts_key(self.cfg.swarm_id, w, s): (w, s) for w in windows for s in shards}
         try:
             found = await asyncio.wait_for(
-                self._dht.run_coroutine(partial(_read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key),
+                self._dht.run_coroutine(partial(read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key),
                                         return_future=True), self.cfg.dht_timeout_s)
         except Exception as exc:  # a DHT hiccup: the next tick retries
             log.info("DHT read of %d keys failed: %r", len(keys), exc)
@@ -396,21 +388,24 @@ class HivemindTransport:
             try:
                 async def fetch() -> bytes:
                     nonlocal writer
-                    _, reader, writer = await self._p2p.call_binary_stream_handler(
-                        PeerID.from_base58(ann.peer), wire.HANDLER_NAME)
+                    reader, writer = await open_stream(self._p2p, ann.peer, wire.HANDLER_NAME, ann.addrs.split())
                     return await wire.fetch_bundle(reader, writer, swarm=self.cfg.swarm_id, sha256=ann.sha256,
                                                    nbytes=ann.nbytes)
                 data = await asyncio.wait_for(fetch(), self.cfg.fetch_timeout_s)
             except wire.FetchError as exc:
                 reason = "digest_mismatch" if exc.reason == "digest_mismatch" else "fetch_failed"
                 log.info("fetch of %s's bundle: %s", ann.peer[:12], exc)
+                self.fetch_errors.failed(ann.peer, str(exc))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # unreachable peer, daemon error, timeout: counted, never raised
                 log.info("fetch of %s's bundle failed: %r", ann.peer[:12], exc)
+                self.fetch_errors.failed(ann.peer, str(exc) or type(exc).__name__)
             finally:
                 if writer is not None:
                     writer.close()
+        if data is not None:
+            self.fetch_errors.succeeded(ann.peer)
         try:  # decoding is CPU work: off the loop, so serving and polling go on meanwhile
             await asyncio.get_running_loop().run_in_executor(
                 None, self.inbox.settle_fetched, ann, data, self.cfg.swarm_id, reason)

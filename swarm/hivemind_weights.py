@@ -30,11 +30,10 @@ import time
 from collections import Counter, OrderedDict
 from functools import partial
 
-from hivemind.p2p import PeerID
-
 from protocols.weights import WeightAnnouncement, weights_key
 from swarm import wire
-from swarm.hivemind_transport import HivemindTransport, _read_keys
+from swarm.dht import read_keys
+from swarm.hivemind_transport import HivemindTransport
 from swarm.weights import WeightBook, WeightLimits, WeightUpdate, make_weight_announcement
 
 log = logging.getLogger(__name__)
@@ -98,8 +97,7 @@ class HivemindWeights:
         try:
             async def push() -> None:
                 nonlocal writer
-                _, _, writer = await self.transport.p2p.call_binary_stream_handler(PeerID.from_base58(peer),
-                                                                                   NOTIFY_NAME)
+                _, writer = await self.transport.open_stream(peer, NOTIFY_NAME)
                 await wire.write_frame(writer, value)
             await asyncio.wait_for(push(), self.transport.cfg.fetch_timeout_s)
         except asyncio.CancelledError:
@@ -144,7 +142,7 @@ class HivemindWeights:
         while True:
             try:
                 found = await asyncio.wait_for(self.transport.dht.run_coroutine(
-                    partial(_read_keys, keys=list(keys), per_key=_ENTRIES_PER_KEY), return_future=True),
+                    partial(read_keys, keys=list(keys), per_key=_ENTRIES_PER_KEY), return_future=True),
                     self.transport.cfg.dht_timeout_s)
             except asyncio.CancelledError:
                 raise
@@ -164,8 +162,7 @@ class HivemindWeights:
         try:
             async def fetch() -> bytes:
                 nonlocal writer
-                _, reader, writer = await self.transport.p2p.call_binary_stream_handler(
-                    PeerID.from_base58(ann.peer), WEIGHTS_NAME)
+                reader, writer = await self.transport.open_stream(ann.peer, WEIGHTS_NAME)
                 return await wire.fetch_bundle(reader, writer, swarm=self.swarm_id, sha256=ann.sha256,
                                                nbytes=ann.nbytes)
             data = await asyncio.wait_for(fetch(), self.fetch_timeout_s)

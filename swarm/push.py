@@ -23,11 +23,11 @@ import asyncio
 import logging
 import time
 from collections import Counter
-
-from hivemind.p2p import PeerID
+from collections.abc import Callable
 
 from protocols.records import Announcement
 from swarm import wire
+from swarm.dial import open_stream
 from swarm.transport import Inbox
 
 log = logging.getLogger(__name__)
@@ -48,21 +48,23 @@ class Pusher:
         self._unreachable = {p: t for p, t in self._unreachable.items() if now - t < RETRY_S}
         return [p for p in known_peers if p not in self._unreachable][: self.push_peers]
 
-    async def offer_all(self, p2p, peers: list[str], announcement: bytes, data: bytes) -> Counter:
-        """Offer one bundle to every peer in `peers` at once; the receivers' answers, counted."""
-        results = await asyncio.gather(*(self._offer(p2p, p, announcement, data) for p in peers))
+    async def offer_all(self, p2p, peers: list[str], announcement: bytes, data: bytes,
+                        addrs_of: Callable[[str], list[str]] = lambda _peer: []) -> Counter:
+        """Offer one bundle to every peer in `peers` at once (each dialled at `addrs_of(peer)` first, swarm.dial);
+        the receivers' answers, counted."""
+        results = await asyncio.gather(*(self._offer(p2p, p, addrs_of(p), announcement, data) for p in peers))
         got = Counter(results)
         self.stats.update(got)
         if peers and not got["ok"]:
             log.warning("no peer took our bundle (%s); it reaches nobody this time", dict(got))
         return got
 
-    async def _offer(self, p2p, peer: str, announcement: bytes, data: bytes) -> str:
+    async def _offer(self, p2p, peer: str, addrs: list[str], announcement: bytes, data: bytes) -> str:
         writer = None
         try:
             async def offer() -> str:
                 nonlocal writer
-                _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer), wire.PUSH_NAME)
+                reader, writer = await open_stream(p2p, peer, wire.PUSH_NAME, addrs)
                 return await wire.push_bundle(reader, writer, announcement, data)
             return await asyncio.wait_for(offer(), self.timeout_s)
         except asyncio.CancelledError:

@@ -98,13 +98,13 @@ class Limits:
 
 
 def make_bundle(peer: str, records: list[RolloutRecord], now: float | None = None,
-                window_s: float = WINDOW_S) -> tuple[bytes, bytes, Announcement]:
-    """(bundle bytes, announcement bytes, announcement) for our own records."""
+                window_s: float = WINDOW_S, addrs: str = "") -> tuple[bytes, bytes, Announcement]:
+    """(bundle bytes, announcement bytes, announcement) for our own records; `addrs`: our dial hint."""
     now = time.time() if now is None else now
     data = encode_bundle(records)
     version = max((r.policy_version for r in records), default=0)
     ann = Announcement(peer=peer, window=window_of(now, window_s), count=len(records), nbytes=len(data),
-                       sha256=sha256_hex(data), policy_version=version, created_at=now)
+                       sha256=sha256_hex(data), policy_version=version, created_at=now, addrs=addrs)
     return data, encode_announcement(ann), ann
 
 
@@ -185,6 +185,7 @@ class Inbox:
         self._fetch_log: deque[tuple[float, str]] = deque()  # (start time, peer) of fetches within max_age_s
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
         self._peers: dict[str, float] = {}  # peer → created_at of its newest valid announcement
+        self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
         self._ready: list[_Delivered] = []
         self._drops: Counter = Counter()
         self._skipped = 0
@@ -229,7 +230,9 @@ class Inbox:
             self.drop(exc.reason)
             return None
         with self.cond:
-            self._peers[ann.peer] = max(self._peers.get(ann.peer, 0.0), ann.created_at)
+            if ann.created_at >= self._peers.get(ann.peer, 0.0):
+                self._peers[ann.peer] = ann.created_at
+                self._addrs[ann.peer] = ann.addrs
             if (ann.peer, ann.sha256) in self._seen or ann.count == 0:  # an empty bundle: a hello, nothing to fetch
                 return None
             self._seen[(ann.peer, ann.sha256)] = now
@@ -322,6 +325,7 @@ class Inbox:
         oldest_window = window_of(horizon, lim.window_s) - 1
         self._quota = {k: v for k, v in self._quota.items() if k[1] >= oldest_window}
         self._peers = {p: t for p, t in self._peers.items() if t >= horizon}
+        self._addrs = {p: a for p, a in self._addrs.items() if p in self._peers}
 
     # -- the node's side -------------------------------------------------------------------
     def ready_count(self) -> int:
@@ -336,6 +340,11 @@ class Inbox:
         """Peers with a valid announcement younger than max_age_s, most recently active first."""
         with self.cond:
             return sorted(self._peers, key=lambda p: -self._peers[p])
+
+    def addrs_of(self, peer: str) -> list[str]:
+        """The addresses `peer` named in its newest valid announcement (may be empty)."""
+        with self.cond:
+            return self._addrs.get(peer, "").split()
 
     def take(self, min_records: int, timeout: float, stopped: threading.Event | None = None) -> Delivery:
         """Everything delivered since the last call; waits (≤ timeout) only while fewer than `min_records` are ready."""
