@@ -13,6 +13,10 @@ addresses, client mode), so run it while the node is stopped, and checks:
   swarm         the nodes among the DHT peers answer `/rlswarm/info/2` with their swarm id and
                 protocol version (docs/PROTOCOL.md §6.4); announcements of our swarm seen while
                 listening, and what was dropped and why
+  fetch         every peer whose announcement we saw (up to 16) accepts a bundle stream, dialled as a
+                fetch dials it (its announced addresses, then libp2p's routing: swarm.dial); a peer
+                we can see but not fetch from is named with the error (`fail` when no peer can be
+                fetched from, `warn` when some can)
 
 Each check is `ok`, `warn` (worth knowing, not a failure) or `fail` with a line saying what to
 fix; `swarm doctor` exits non-zero when one fails. The probes run on the transport's own loop.
@@ -33,6 +37,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarm import wire
 from swarm.config import SwarmConfig
 from swarm.dht import BootstrapUnreachable
+from swarm.dial import open_stream
 from swarm.hivemind_transport import HivemindTransport
 
 CLOCK_TOLERANCE_S = 5.0
@@ -85,6 +90,7 @@ def diagnose(cfg: SwarmConfig, *, listen_s: float = 15.0) -> list[Check]:
         clock, dht_peers = transport._call(_dht_clock(transport), 60)
         checks.append(_clock_check(clock, len(dht_peers)))
         checks += _swarm_checks(transport, cfg, dht_peers, listen_s)
+        checks += _fetch_checks(transport)
         return checks
     finally:
         transport.shutdown()
@@ -227,3 +233,41 @@ def _swarm_checks(transport: HivemindTransport, cfg: SwarmConfig, dht_peers: lis
         checks.append(Check("clock", "warn", f"announcements dropped for their time: {drops}",
                             "synchronise this machine's clock (NTP)"))
     return checks
+
+
+# -- fetch: the peers we can see, can we reach them? ------------------------------------------------
+
+async def _open_each(transport: HivemindTransport, peers: list[str]) -> dict[str, str]:
+    """peer → "" when a bundle stream to it opens (dialled as a fetch would), else the error."""
+    async def probe(peer: str) -> str:
+        writer = None
+        try:
+            _, writer = await asyncio.wait_for(
+                open_stream(transport.p2p, peer, wire.HANDLER_NAME, transport.inbox.addrs_of(peer)), 15)
+            return ""
+        except Exception as exc:  # swarm.dial.Unreachable, a timeout
+            return (str(exc).splitlines() or [""])[0][:240] or type(exc).__name__
+        finally:
+            if writer is not None:
+                writer.close()  # no request written: the peer's handler sees the stream end
+
+    results = await asyncio.gather(*(probe(p) for p in peers))
+    return dict(zip(peers, results))
+
+
+def _fetch_checks(transport: HivemindTransport) -> list[Check]:
+    peers = transport.inbox.known_peers()[:_PROBE_PEERS]
+    if not peers:
+        return []
+    results = transport._call(_open_each(transport, peers), 60)
+    bad = {p: err for p, err in results.items() if err}
+    if not bad:
+        return [Check("fetch", "ok", f"a bundle stream opens to each of the {len(peers)} peer(s) that announced")]
+    named = "; ".join(f"{p} (announced {' '.join(transport.inbox.addrs_of(p)) or 'no address'}): {err}"
+                      for p, err in bad.items())
+    return [Check("fetch", "fail" if len(bad) == len(peers) else "warn",
+                  f"{len(bad)} of {len(peers)} peer(s) announced bundles but cannot be fetched from: {named}",
+                  "such a peer must listen on an address this machine can dial and announce it (on its machine: "
+                  "--host-maddrs /ip4/0.0.0.0/tcp/<port> --announce-maddrs /ip4/<its IP>/tcp/<port>; `swarm doctor` "
+                  "there says which) or run --client-mode to push its bundles; if no peer can be fetched from, "
+                  "check that this machine may open outbound TCP connections")]
