@@ -11,15 +11,21 @@ both tokenizations end at (`beh_chunks`: chunk c of each of our tokens; `logp_be
 log μ(chunk c), node/round/align.py), or, without the sender's token_bytes, over one chunk, the
 whole completion (log μ(y) = `logp_beh_seq`). With n_c our tokens in chunk c,
 
-    token-level losses:    log r_{i,t} := (Σ_{t' ∈ c} log π_θ(y_t') − log μ(chunk c)) / n_c   for t in c
+    log r_c = Σ_{t' ∈ c} log π_θ(y_t') − log μ(chunk c)
+    token-level losses:    log r_{i,t} := log π_θ(y_t) + sg(log r_c − log π_θ(y_t))   for t in c
     sequence-level losses: mean_t log μ_t := log μ(y) / T_recv          (T_recv = |y_i|, ours)
 
-so a token-level loss gives each token its chunk's ratio spread evenly over the chunk's tokens
-(the geometric mean; gradient into every token of the chunk), which is the per-token ratio
-when the two tokenizations agree and the length-normalised sequence ratio GSPO and GEPO use
-when they share only the end. `unit_len` = n_c lets a statistic undo the spreading (the F-TIS
-filter sums one term per chunk). `behaviour_view` is the single place that builds these
-quantities; every loss reads μ only through it.
+so every token of a chunk carries the chunk's whole ratio r_c as its value, with the gradient of
+its own log-probability: Σ_{t ∈ c} r_c ∇log π_θ(y_t) = r_c ∇log π_θ(c), the importance-weighted
+gradient of the chunk — unbiased under μ, the per-decision analogue of token TIS (a truncation
+w ≤ C acts on r_c). This is the per-token ratio when the two tokenizations agree. With
+`chunk_spread` (train.cross_tokenizer: chunks-geometric) a token gets r_c^(1/n_c) instead, the
+geometric mean spread over the chunk (gradient into every token of it): lower variance, but biased
+towards 1 by the tokenizers' granularity (r_c = 0.01 over 2 tokens becomes 0.1 per token); with one
+chunk it is the length-normalised sequence ratio GSPO and GEPO use. `unit_log_ratio` is log r of
+the token's unit (a token, or its chunk) and `unit_len` = n_c: the F-TIS filter sums one term per
+chunk. `behaviour_view` is the single place that builds these quantities; every loss reads μ only
+through it.
 
 Numerics. Every log-ratio is clamped to [−LOG_RATIO_BOUND, LOG_RATIO_BOUND] = [−20, 20] before
 it is exponentiated (IS weights and k3): e^20 ≈ 4.9e8, so a weight, its square (variance
@@ -84,6 +90,7 @@ class LossInputs:
     totals: BatchTotals | None = None  # the whole step's sizes; None: this batch is the whole step
     beh_chunks: Tensor | None = None  # [B, T] long: chunk of each token on unaligned rows with an alignment, else −1
     logp_beh_chunks: Tensor | None = None  # [B, T] log μ of chunk k at index k (rows with beh_chunks ≥ 0)
+    chunk_spread: bool = False  # chunk rows: r_c^(1/n_c) per token (geometric spread) instead of r_c (module docstring)
 
 
 @dataclass
@@ -106,6 +113,7 @@ class BehaviourView:
     seq_logp: Tensor  # [B] mean_t log π_θ (grad)
     seq_logq: Tensor  # [B] mean_t log μ (no grad); log μ(y) / T_recv for unaligned rows
     unit_len: Tensor  # [B, T] tokens sharing this token's log_ratio unit: n_c in a chunk, else 1
+    unit_log_ratio: Tensor  # [B, T] log π_θ/μ of this token's unit (no grad): log r_c in a chunk, else log_ratio
     advantages: Tensor  # [B] float32
     totals: BatchTotals  # the step's sizes every reduction divides by
 
@@ -194,9 +202,17 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
         chunk_logp = torch.zeros_like(logp).scatter_add(1, idx, logp)  # [B, T] Σ_{t ∈ c} log π_θ (grad)
         chunk_n = torch.zeros_like(m).scatter_add(1, idx, m)  # [B, T] n_c
         chunk_mu = torch.where(chunked_row[:, None], inputs.logp_beh_chunks.detach().to(torch.float32), zero)
-        per_token = ((chunk_logp - chunk_mu) / chunk_n.clamp(min=1.0)).gather(1, idx)  # [B, T]
+        log_rc = (chunk_logp - chunk_mu).gather(1, idx)  # [B, T] log r_c of each token's chunk
+        n_c = chunk_n.gather(1, idx)  # [B, T]
+        if inputs.chunk_spread:  # geometric spread: r_c^(1/n_c), gradient into every token of the chunk
+            per_token = log_rc / n_c.clamp(min=1.0)
+        else:  # value log r_c, gradient of this token's own log π_θ only
+            per_token = logp + (log_rc - logp).detach()
         log_ratio = torch.where(chunked_row[:, None], per_token, log_ratio)
-        unit_len = torch.where(chunked_row[:, None] & valid, chunk_n.gather(1, idx), unit_len)
+        unit_len = torch.where(chunked_row[:, None] & valid, n_c, unit_len)
+        unit_log_ratio = torch.where(chunked_row[:, None], log_rc.detach(), log_ratio.detach())
+    else:
+        unit_log_ratio = log_ratio.detach()
     log_ratio = torch.where(valid, log_ratio, zero)  # [B, T]
     return BehaviourView(
         valid=valid,
@@ -209,6 +225,7 @@ def behaviour_view(inputs: LossInputs) -> BehaviourView:
         seq_logp=seq_logp,
         seq_logq=seq_logq,
         unit_len=unit_len,
+        unit_log_ratio=torch.where(valid, unit_log_ratio, zero),
         advantages=inputs.advantages.detach().to(torch.float32),
         totals=inputs.totals or BatchTotals(len(n_tokens), int(n_tokens.sum()), int(n_tokens.max())),
     )

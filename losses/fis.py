@@ -68,10 +68,9 @@ from losses.config import VARIANTS, FISConfig
 
 def filter_statistic(view: BehaviourView, group_ids: Tensor, kind: str) -> Tensor:
     """D_i [B] of the negative-advantage filter (module docstring), no gradient."""
-    # one term per unit: a token, or a chunk of a row from another tokenizer, whose log-ratio
-    # behaviour_view spread over its n tokens (n · log_ratio undoes it; each of them counts 1/n)
+    # one term per unit: a token, or a chunk of a row from another tokenizer (each of its n tokens counts 1/n)
     n = view.unit_len
-    log_r = (view.log_ratio.detach() * n).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, T] log π_θ/μ of the unit
+    log_r = view.unit_log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # [B, T] log π_θ/μ of the unit
     if kind == "paper":
         r = torch.exp(log_r)
         return ((r * log_r - r + 1.0) * view.m / n).sum(dim=1)  # Σ_units (r log r − r + 1)

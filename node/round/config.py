@@ -40,9 +40,11 @@ class TrainConfig(PlacementConfig):
     mask_truncated: bool = Field(
         False, description="Leave completions that hit max_new_tokens out of the loss (DAPO's overlong filtering)."
     )
-    cross_tokenizer: Literal["chunks", "sequence"] = Field(
+    cross_tokenizer: Literal["chunks", "chunks-geometric", "sequence"] = Field(
         "chunks", description="A peer's row from another tokenizer: compare log-probs over the pieces of text both "
-        "tokenizations end at (chunks, when the sender sent token_bytes) or over the whole completion (sequence).")
+        "tokenizations end at (chunks, when the sender sent token_bytes: each token of a chunk carries the chunk's "
+        "ratio r_c; chunks-geometric: r_c^(1/n_c), lower variance but biased towards 1) or over the whole "
+        "completion (sequence). docs/ARCHITECTURE.md §6.")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

@@ -98,7 +98,7 @@ def receive(node: Node, min_records: int = 0, timeout: float = 0.0) -> Gathered:
 def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:
     """Score `groups` in our tokenization, take the round's optimizer steps, sync the generator (steps 7–9)."""
     cfg = node.cfg
-    rows = build_rows(groups, node.tokenizer, node.prompt_of, chunks=cfg.train.cross_tokenizer == "chunks")
+    rows = build_rows(groups, node.tokenizer, node.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence")
     step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,
                       temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
                       regularizer=regularizer, reference=node.reference)

@@ -172,7 +172,8 @@ def _padded(rows: list[Row], scores: dict[int, torch.Tensor], like: torch.Tensor
 
 
 def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals: BatchTotals | None = None,
-                old: dict[int, torch.Tensor] | None = None, ref: dict[int, torch.Tensor] | None = None) -> LossInputs:
+                old: dict[int, torch.Tensor] | None = None, ref: dict[int, torch.Tensor] | None = None,
+                chunk_spread: bool = False) -> LossInputs:
     """One micro-batch's LossInputs: log π_θ with gradient, π_old (fixed, or this forward's), μ, π_ref."""
     logp, mask = score_rows(model, [r.tokens for r in rows], temperature, pad_id)  # [b, T]
     beh = torch.zeros_like(mask)
@@ -199,6 +200,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         totals=totals,
         beh_chunks=chunk_ids.to(dev) if any(r.chunks is not None for r in rows) else None,
         logp_beh_chunks=chunk_logp.to(dev),
+        chunk_spread=chunk_spread,
     )
 
 
@@ -258,7 +260,8 @@ def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temp
     totals = batch_totals(rows)
     n_ext = sum(r.external for r in rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
-        out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals, old, ref))  # already this batch's share
+        out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals, old, ref,  # already this batch's share
+                                  chunk_spread=cfg.cross_tokenizer == "chunks-geometric"))
         out.loss.backward()
         # metrics are per-batch means: weight them by rows, and those over peers' (own) rows by peers' (own) rows
         mb_ext = sum(r.external for r in mb)

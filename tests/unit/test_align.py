@@ -84,12 +84,26 @@ def test_the_filter_sees_a_chunk_the_sequence_ratio_averages_away():
     assert d_chunks == pytest.approx(phi(10.0) + 5 * phi(-2.0), rel=1e-4) and d_chunks > FISConfig(name="f-tis").threshold
 
 
-def test_chunk_ratio_gradient_flows_into_every_token_of_its_chunk():
+def test_each_token_of_a_chunk_carries_the_chunk_ratio_with_its_own_gradient():
+    # chunk 0 = tokens 0, 1: log r = (−0.5 − 1.0) − (−1.0) = −0.5; chunk 1 = token 2: −2.0 − (−2.5) = 0.5
     lp = torch.tensor([[-0.5, -1.0, -2.0]], requires_grad=True)
     inputs = _chunked_inputs([[0.0] * 3], [[-1.0, -2.5]], [[0, 0, 1]])
     inputs.logp = lp
     view = behaviour_view(inputs)
+    assert_close(view.log_ratio.detach(), torch.tensor([[-0.5, -0.5, 0.5]]))
+    assert_close(view.unit_log_ratio, torch.tensor([[-0.5, -0.5, 0.5]]))
+    assert_close(view.unit_len, torch.tensor([[2.0, 2.0, 1.0]]))
+    view.log_ratio[0, 0].backward()
+    assert_close(lp.grad, torch.tensor([[1.0, 0.0, 0.0]]))  # Σ over the chunk's tokens: ∇ log π(chunk)
+
+
+def test_the_geometric_spread_gives_each_token_r_c_to_the_1_over_n_c():
+    lp = torch.tensor([[-0.5, -1.0, -2.0]], requires_grad=True)
+    inputs = _chunked_inputs([[0.0] * 3], [[-1.0, -2.5]], [[0, 0, 1]])
+    inputs.logp, inputs.chunk_spread = lp, True
+    view = behaviour_view(inputs)
     assert_close(view.log_ratio.detach(), torch.tensor([[-0.25, -0.25, 0.5]]))
+    assert_close(view.unit_log_ratio, torch.tensor([[-0.5, -0.5, 0.5]]))  # the filter still sees log r_c
     view.log_ratio[0, 0].backward()
     assert_close(lp.grad, torch.tensor([[0.5, 0.5, 0.0]]))
 
@@ -131,9 +145,9 @@ def test_build_rows_aligns_a_peer_of_another_tokenizer(tiny_qwen, tiny_llama):
     assert build_rows([group], receiver, lambda t: "prompt", chunks=False)[0].chunks is None
     inputs = loss_inputs(tiny_llama.model, rows, 1.0, receiver.pad_token_id)
     view = behaviour_view(inputs)
-    # each chunk's spread ratios add back up to Σ log π over the chunk − log μ(chunk)
+    # every token of a chunk carries Σ log π over the chunk − log μ(chunk) (its n_c tokens average back to it)
     n = len(rows[0].tokens.completion_ids)
     per_chunk = torch.zeros(len(rows[0].chunk_logp)).index_add_(0, torch.tensor(rows[0].chunks),
-                                                                view.log_ratio[0, :n].detach())
+                                                                (view.log_ratio / view.unit_len)[0, :n].detach())
     logp = torch.zeros(len(rows[0].chunk_logp)).index_add_(0, torch.tensor(rows[0].chunks), view.logp[0, :n].detach())
     assert_close(per_chunk, logp - torch.tensor(rows[0].chunk_logp), atol=1e-4, rtol=1e-4)
