@@ -36,12 +36,12 @@ Deliberate deviations:
   setting only ever filters peers' rows in practice because this node's own rows have D ≈ 0.
 - The authors' code removes a filtered row from its micro-batch (re-weighting the others); here
   its advantage is zeroed and it keeps its 1/G share, as the paper's formula has it.
-- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r and w use the chunk ratio spread
-  over the chunk's tokens (the length-normalised sequence ratio when the sender sent no
-  token_bytes), and D_i sums one term per chunk of the chunk's own ratio: the same statistic as an
-  aligned row's when the two tokenizations agree, on the same scale when they do not. A row
-  without token_bytes keeps T_recv terms of the spread sequence ratio, which Jensen's inequality
-  makes smaller than any finer sum (the filter rarely fires on it).
+- For a row from a different tokenizer (docs/ARCHITECTURE.md §6) r and w are the chunk's ratio r_c
+  on each of its tokens (r_c^(1/n_c) with train.cross_tokenizer: chunks-geometric; the
+  length-normalised sequence ratio with `sequence`), and D_i sums one term per chunk of the
+  chunk's own ratio: the same statistic as an aligned row's when the two tokenizations agree, on
+  the same scale when they do not. A row under `sequence` keeps T_recv terms of the spread
+  sequence ratio, which is smaller than any finer sum (the filter rarely fires on it).
 - clip_frac counts tokens whose gradient the clip removes (vis) or whose w was truncated at C
   (tis); R is never clipped since its value is 1.
 """

@@ -20,8 +20,8 @@ Deliberate deviations:
 - `ratio: behaviour` takes the ratio against the behaviour policy μ (the sampler's logprobs):
   a peer's correct answer that π_θ already prefers (π_θ/μ > 1 + ε_high) gets no gradient. SAPO
   and PubSwap train on shared rollouts as on-policy: use `ratio: old` to reproduce them.
-- Rows from a different tokenizer use their chunk ratio spread over each chunk's tokens (the
-  length-normalised sequence ratio without the sender's token_bytes; docs/ARCHITECTURE.md §6, losses.base).
+- Rows from a different tokenizer carry their chunk's ratio on each of the chunk's tokens (the
+  whole-completion ratio without the sender's token_bytes; docs/ARCHITECTURE.md §6, losses.base).
 - pg's IS weight is 1 on every token (it applies none); its metrics report that, and `kl_beh`
   still shows how far μ is from π_θ.
 """
