@@ -18,7 +18,7 @@ MARKS = {"ok": "✓", "warn": "!", "fail": "✗"}
 
 
 def add_parser(sub) -> None:
-    from node.cli import network
+    from node.cli.network import add_flags
 
     d = sub.add_parser("doctor", help="check that this machine can join the swarm: bootstrap, reachability, "
                        "clock, swarm id and protocol; says what to fix")
@@ -26,12 +26,12 @@ def add_parser(sub) -> None:
     d.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (swarm.*)")
     d.add_argument("--listen", type=float, default=15.0, metavar="S",
                    help="seconds to listen for the swarm's announcements (default 15)")
-    network.add_flags(d)
+    add_flags(d)
     d.set_defaults(fn=cmd_doctor)
 
 
 def _overrides(args) -> dict:
-    from node.cli import network
+    from node.cli.network import overrides as network_overrides
     from node.config import ConfigError
 
     overrides = {}
@@ -40,7 +40,7 @@ def _overrides(args) -> dict:
         if not sep:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         overrides[key] = yaml.safe_load(value)
-    return {**overrides, **network.overrides(args)}
+    return {**overrides, **network_overrides(args)}
 
 
 def configs(args):

@@ -46,9 +46,9 @@ EXIT_TRANSPORT_DIED = 3
 
 def _overrides(args) -> dict:
     out = parse_sets(getattr(args, "set", None))
-    from node.cli import network
+    from node.cli.network import overrides as network_overrides
 
-    out.update(network.overrides(args))  # --initial-peers(-file), --identity, --host/announce-maddrs, ...
+    out.update(network_overrides(args))  # --initial-peers(-file), --identity, --host/announce-maddrs, ...
     check_rounds(getattr(args, "rounds", None))
     if getattr(args, "rounds", None) is not None:
         out["rounds"] = args.rounds
@@ -222,7 +222,8 @@ def cmd_config(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from node.cli import doctor, network
+    from node.cli.doctor import add_parser as add_doctor_parser
+    from node.cli.network import add_flags
 
     p = argparse.ArgumentParser(prog="swarm", description="Decentralized RL swarm trainer.")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--rounds", type=int, help="stop after this many rounds (overrides config)")
     n.add_argument("--out", help="metrics, logs and checkpoints go here (default runs/<name>)")
     n.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
-    network.add_flags(n)
+    add_flags(n)
     n.set_defaults(fn=cmd_node)
 
     lo = sub.add_parser("local", help="launch a bootstrap + N nodes on 127.0.0.1")
@@ -285,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--merge", action="store_true", help="LoRA: merge the adapter into a full model")
     ex.set_defaults(fn=cmd_export)
 
-    doctor.add_parser(sub)
+    add_doctor_parser(sub)
 
     c = sub.add_parser("config", help="show the resolved config")
     c.add_argument("action", choices=["show", "doc"], help="show: the resolved config; doc: the reference (markdown)")

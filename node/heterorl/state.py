@@ -13,20 +13,29 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from node.config import ConfigError
+from node.config import ConfigError, NodeConfig
 from node.heterorl.weights import WeightsRejected, apply_weights, export_weights, weights_format
 from node.round.delay import DelayLine
 from swarm.weights import WeightLimits
 
-if TYPE_CHECKING:
-    from node.node import Node
-
 log = logging.getLogger(__name__)
 
 
-def open_channel(node: Node, follow: list[str]):
+class RoleNode(Protocol):
+    """What a role's state uses of its node (node.node.Node builds the state with itself), named here so
+    that this module does not import node.node, which imports it."""
+
+    cfg: NodeConfig
+    transport: Any  # swarm.memory.InMemoryTransport or swarm.hivemind_transport.HivemindTransport; None: no swarm
+    model: Any  # the torch model the weights are exported from / loaded into
+    generator: Any  # node.generation backend: sync_weights after a load
+    policy_version: int
+    hetero: Any  # this module's SamplerState / LearnerState, or None
+
+
+def open_channel(node: RoleNode, follow: list[str]):
     """The weight channel on the node's transport (in-memory twin or hivemind)."""
     from swarm.memory import InMemoryTransport
     from swarm.weights import InMemoryWeights, weight_hub_of
@@ -43,7 +52,7 @@ def open_channel(node: Node, follow: list[str]):
                            fetch_timeout_s=h.fetch_timeout_s, ttl_s=h.announce_ttl_s, keep=h.keep_versions)
 
 
-def build_role_state(node: Node):
+def build_role_state(node: RoleNode):
     """SamplerState / LearnerState for the node's role; None for role full, or without a swarm (`swarm eval`
     builds a node that runs no round; a round then raises through `role_state`)."""
     role = node.cfg.role
@@ -52,7 +61,7 @@ def build_role_state(node: Node):
     return SamplerState(node) if role == "sampler" else LearnerState(node)
 
 
-def role_state(node: Node):
+def role_state(node: RoleNode):
     """The node's role state, or ConfigError (one line, exit 2) when it has none: no swarm to work in."""
     if node.hetero is None:
         raise ConfigError(f"role {node.cfg.role} needs a swarm: set swarm.enabled or pass --initial-peers")
@@ -60,14 +69,14 @@ def role_state(node: Node):
 
 
 class SamplerState:
-    def __init__(self, node: Node):
+    def __init__(self, node: RoleNode):
         if not node.cfg.heterorl.follow:
             raise ConfigError("role sampler needs heterorl.follow: the learner's peer id (it prints it at start)")
         self.channel = open_channel(node, node.cfg.heterorl.follow)
         self.drops: Counter = Counter()
         self.learner: str | None = None  # whose weights the model holds (None: its own initial weights)
 
-    def follow(self, node: Node) -> dict[str, Any]:
+    def follow(self, node: RoleNode) -> dict[str, Any]:
         """Load the newest verified weights, if any arrived; returns this round's weight metrics."""
         update = self.channel.take()
         self.drops.update(self.channel.take_drops())
@@ -94,18 +103,18 @@ class SamplerState:
 
 
 class LearnerState:
-    def __init__(self, node: Node):
+    def __init__(self, node: RoleNode):
         self.channel = open_channel(node, [])
         self.delay: DelayLine = DelayLine(node.cfg.ingest.delay)
         self.published: int | None = None  # version of the weights we announced last
         self.accept_from = frozenset(node.cfg.heterorl.accept_from)
 
-    def publish_due(self, node: Node) -> bool:
+    def publish_due(self, node: RoleNode) -> bool:
         if self.published is None:
             return True
         return node.policy_version - self.published >= node.cfg.heterorl.publish_every or node.policy_version < self.published
 
-    def publish(self, node: Node) -> dict[str, Any]:
+    def publish(self, node: RoleNode) -> dict[str, Any]:
         """Announce and serve our current weights; returns metrics."""
         data = export_weights(node.model)
         ann = self.channel.publish(node.policy_version, data, weights_format(node.model))

@@ -39,13 +39,18 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return lines
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module → project modules it imports anywhere in its body (function-level imports included)."""
+def import_graph(*, type_checking: bool = False, packages: bool = False) -> dict[str, set[str]]:
+    """module → project modules it imports anywhere in its body (function-level imports included).
+
+    type_checking: also the imports under `if TYPE_CHECKING:` (a cycle there is one for type checkers
+    and readers, and becomes a real one as soon as an annotation is evaluated). packages: `from pkg import
+    sub` also depends on `pkg` itself — it reads the name from the package's namespace, so its
+    `__init__` runs first (`from pkg.sub import x` names the module and does not count)."""
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         tree = ast.parse(path.read_text())
-        skip = _type_checking_only(tree)
+        skip = set() if type_checking else _type_checking_only(tree)
         for node in ast.walk(tree):
             if getattr(node, "lineno", None) in skip:
                 continue
@@ -54,6 +59,8 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                            for a in node.names]
+                if packages and node.module in modules:
+                    targets.append(node.module)
             else:
                 continue
             graph[mod] |= {t for t in targets if t in modules and t != mod}
@@ -89,8 +96,25 @@ def test_find_cycle_finds_one():
 
 
 def test_no_import_cycles():
-    cycle = find_cycle(import_graph())
+    cycle = find_cycle(import_graph(type_checking=True, packages=True))
     assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monkeypatch):
+    pkg = tmp_path / "node"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli" / "__init__.py").write_text("from node.cli.main import main\n")
+    (pkg / "cli" / "main.py").write_text("def main():\n    from node.cli.doctor import run\n")
+    (pkg / "cli" / "doctor.py").write_text("def run():\n    from node.cli import network\n")
+    (pkg / "cli" / "network.py").write_text("")
+    (pkg / "state.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from node.node import Node\n")
+    (pkg / "node.py").write_text("from node.state import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("node",))
+    assert find_cycle(import_graph()) is None  # what the check saw before issue 28
+    assert find_cycle(import_graph(type_checking=True)) == ["node.node", "node.state", "node.node"]
+    assert find_cycle(import_graph(packages=True)) == ["node.cli", "node.cli.main", "node.cli.doctor", "node.cli"]
 
 
 def test_layers_point_one_way():
