@@ -201,8 +201,23 @@ FIELDS = ["gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_g
           "informative_own", "informative_received", "external_groups", "s_per_node_round"]
 
 
-def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Per (update, arm, nodes): means and intervals over seeds; per update: paired differences."""
+def paired(a: dict[int, dict], b: dict[int, dict], label: dict) -> dict | None:
+    """Differences a − b paired by seed (gain, hard-band gain, cumulative reward), or None with < 2 seeds."""
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < 2:
+        return None
+    d = {**label, "seeds": len(seeds)}
+    for f in ("gain", "gain_hard", "cum_reward", "cum_above_floor"):
+        xs = [a[s][f] - b[s][f] for s in seeds if a[s].get(f) is not None and b[s].get(f) is not None]
+        if len(xs) >= 2:
+            d[f], d[f + "_ci"] = interval(xs)
+            d[f + "_positive"] = sum(x > 0 for x in xs)
+    return d
+
+
+def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Per (update, arm, nodes): means and intervals over seeds; per update: paired differences between
+    arms; with `versus`, every other update against that one, arm by arm (a mechanism against its base)."""
     hard = hard_label(runs)
     for r in runs:
         r["gain_hard"] = r["gain_by_task"].get(hard) if hard else None
@@ -223,19 +238,14 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         for nodes in sorted({r["nodes"] for r in runs}):
             by_arm = {arm: {r["seed"]: r for r in rs} for (u, arm, n), rs in cells.items() if u == update and n == nodes}
             for a, b in PAIRS:
-                if a not in by_arm or b not in by_arm:
-                    continue
-                seeds = sorted(set(by_arm[a]) & set(by_arm[b]))
-                if len(seeds) < 2:
-                    continue
-                d = {"update": update, "nodes": nodes, "pair": f"{a} − {b}", "seeds": len(seeds)}
-                for f in ("gain", "gain_hard", "cum_reward", "cum_above_floor"):
-                    xs = [by_arm[a][s][f] - by_arm[b][s][f] for s in seeds
-                          if by_arm[a][s].get(f) is not None and by_arm[b][s].get(f) is not None]
-                    if len(xs) >= 2:
-                        d[f], d[f + "_ci"] = interval(xs)
-                        d[f + "_positive"] = sum(x > 0 for x in xs)
-                diffs.append(d)
+                if a in by_arm and b in by_arm:
+                    d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
+                    diffs += [d] if d else []
+            if versus and update != versus:
+                for arm in by_arm:
+                    base = {r["seed"]: r for r in cells.get((versus, arm, nodes), [])}
+                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes, "pair": f"{arm}: vs {versus}"})
+                    diffs += [d] if d else []
     return rows, diffs
 
 
@@ -314,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--versus", metavar="UPDATE", help="also pair every other update against this one, arm by arm")
     ap.add_argument("--hivemind", action="store_true", help="run each swarm over real hivemind peers (swarm local)")
     ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
     args = ap.parse_args(argv)
@@ -347,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
                       file=sys.stderr, flush=True)
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
         runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted and r["rounds"] == args.rounds]
-    rows, diffs = summarise(runs)
+    rows, diffs = summarise(runs, args.versus)
     print(table(rows, ["update", "arm", "nodes", "seeds", "gain", "gain_ci", "gain_hard", "gain_hard_ci", "cum_reward",
                        "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained", "informative_own",
                        "informative_received", "worst_node_gain", "s_per_node_round"]))
