@@ -118,7 +118,9 @@ def test_a_killed_peer_does_not_block_the_others(swarm3):
         for a in averagers:
             a.shutdown()
     elapsed = time.monotonic() - started
-    assert elapsed < 75  # bounded: matchmaking timeout 40 s + all-reduce, never the killed peer's 300 s
+    # bounded: average_all's 40 s + the all-reduce's 20 s + shutdown, with slack for a loaded machine; never the
+    # killed peer's 300 s
+    assert elapsed < 150
     for res, ts in zip(results, tensors):
         assert res.averaged and res.group_size == 2, res
         assert torch.equal(ts[0], torch.full((6, 4), 2.0)) and torch.equal(ts[1], torch.full((5,), 1.0))

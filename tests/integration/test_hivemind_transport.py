@@ -156,7 +156,7 @@ def test_peer_gone_after_announcing_does_not_stall_a_round(swarm3):
     assert set(got.drops) == {"fetch_failed"}
     start = time.monotonic()
     assert a.take(min_records=1, timeout=3.0).records == []  # nobody is waited for beyond the bound
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < 3.0 + 7.0  # slack for a loaded machine; a take that ignored its bound never returns
 
 
 def test_a_late_joiner_receives_what_was_published_before_it_started(swarm3):

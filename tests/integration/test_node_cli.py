@@ -81,7 +81,8 @@ def test_bad_config_is_one_line_naming_the_field(tmp_path):
     proc = swarm("node", "--config", str(bad), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
-    assert "train.lr" in proc.stderr and "greater than or equal to 0" in proc.stderr
+    # names the file and the field; the reason after it is pydantic's wording, not asserted
+    assert proc.stderr.startswith(f"error: config error in {bad}: train.lr: "), proc.stderr
 
 
 def test_missing_model_is_one_line(tmp_path):

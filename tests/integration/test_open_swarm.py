@@ -138,7 +138,10 @@ def test_nodes_ten_times_apart_in_speed_train_on_each_other(bootstrap, tmp_path)
     print(f"fast node paired {paired_median:.4f} s over {len(paired)} rounds, its twin alone "
           f"{control_median:.4f} s over {len(control)} ({paired_median / control_median:.3f}×); slow/fast {ratio:.1f}×")
     assert paired_median <= 1.2 * control_median, (control_median, paired_median)
-    assert max(f["gather_s"] for f in paired) < 1.0  # the fast node never waited on the slow one
+    # the fast node never waited on the slow one: no gather came near a slow round (≥ 10 fast rounds); an
+    # absolute 1 s bound is at the mercy of scheduling on a loaded 2-core machine
+    slow_median = statistics.median(m["round_s"] for m in slow_rows)
+    assert max(f["gather_s"] for f in paired) < max(1.0, 0.5 * slow_median), ([f["gather_s"] for f in paired], slow_median)
 
 
 def test_kill_9_of_one_node_stalls_nobody_and_a_restart_exchanges_at_once(bootstrap, tmp_path):
