@@ -192,7 +192,8 @@ def _read(path: Path, model) -> tuple[dict[str, Any], dict[str, torch.Tensor], d
                 raise FileNotFoundError("model/*.safetensors")
             for f in files:
                 weights.update(load_file(f))
-        opt_state = torch.load(path / "optimizer.pt", weights_only=True)
+        opt_state = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")  # a GPU checkpoint resumes
+        # on a CPU machine; load_state_dict moves each tensor to its parameter's device
     except Exception as exc:  # safetensors, pickle, zip and key errors: all mean the same here
         raise CorruptCheckpoint(f"cannot read it ({type(exc).__name__}: {exc})"[:300]) from None
     return state, weights, opt_state

@@ -73,3 +73,26 @@ def test_partial_writes_are_ignored_and_cleaned(tmp_path, tiny_qwen):
 def test_no_checkpoint_means_fresh_start(tmp_path, tiny_qwen):
     lm = copy.deepcopy(tiny_qwen)
     assert checkpoint.restore(tmp_path / "none", model=lm.model, optimizer=torch.optim.SGD(lm.model.parameters(), lr=0.1)) is None
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path, tiny_qwen):
+    """optimizer.pt saved with CUDA storage tags (as on a GPU machine) loads here, onto the CPU."""
+    lm = copy.deepcopy(tiny_qwen)
+    opt = torch.optim.AdamW(lm.model.parameters(), lr=1e-2)
+    _step(lm.model, opt)
+    registry = torch.serialization._package_registry
+
+    def as_cuda(storage):  # tag every storage as torch.save does for one on cuda:0
+        return "cuda:0"
+
+    registry.insert(0, (-1, as_cuda, lambda obj, location: None))
+    try:
+        checkpoint.save(tmp_path, model=lm.model, tokenizer=lm.tokenizer, optimizer=opt, round_=1, policy_version=2)
+    finally:
+        registry[:] = [p for p in registry if p[1] is not as_cuda]
+    fresh = copy.deepcopy(tiny_qwen)
+    opt2 = torch.optim.AdamW(fresh.model.parameters(), lr=1e-2)
+    restored = checkpoint.restore(tmp_path, model=fresh.model, optimizer=opt2)
+    assert (restored.round, restored.policy_version) == (1, 2)
+    state = opt2.state_dict()["state"][0]
+    assert state["exp_avg"].device.type == "cpu" and torch.equal(state["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
