@@ -100,6 +100,8 @@ class Prom:
         self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
         self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
         self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
+        self.peers = Gauge("swarm_peers", "Peers seen, by standing (good: waited for and fetched first; new; "
+                           "backoff)", lab + ["state"], registry=r)
         self.downloaded = Counter("swarm_bytes_downloaded_total", "Bundle bytes fetched from peers", lab, registry=r)
         self.skipped = Counter("swarm_announcements_skipped_total", "Valid announcements not fetched (fan-in budget)",
                                lab, registry=r)
@@ -128,6 +130,8 @@ class Prom:
         if m.get("gather_s") is not None:
             self.gather_latency.labels(n).observe(m["gather_s"])
         self.peers_seen.labels(n).set(m.get("peers_seen", 0))
+        for state in ("good", "new", "backoff"):
+            self.peers.labels(n, state).set(m.get(f"peers_{state}", 0))
         self.downloaded.labels(n).inc(m.get("bytes_downloaded", 0))
         self.skipped.labels(n).inc(m.get("fanin_skipped", 0))
         self.step_s.labels(n).set(m["step_s"])
@@ -193,6 +197,9 @@ def progress_line(m: dict[str, Any]) -> str:
     if "avg_averaged" in m:  # federated averaging boundary
         parts.append(f"averaged with {m['avg_group_size'] - 1} peers, drift {m['avg_drift']:.3f}"
                      if m["avg_averaged"] else "averaging failed")
+    if m.get("peers_backoff") or m.get("peers_new"):  # standing, when not every peer seen is in good standing
+        parts.append(f"peers {m.get('peers_good', 0)} good / {m.get('peers_new', 0)} new / "
+                     f"{m.get('peers_backoff', 0)} backed off")
     if m.get("peer_groups_note"):
         parts.append(f"no peer groups: {m['peer_groups_note']}")
     drops = sum(m.get("drops", {}).values())

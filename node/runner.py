@@ -50,8 +50,10 @@ def run(node: Node, rounds: int) -> list[dict[str, Any]]:
 
 def meet_peers(node: Node) -> int:
     """Announce ourselves (an empty bundle) and, if swarm.start_with_peers asks, wait until that many
-    peers were seen (at most swarm.start_wait_s). Returns the peers seen. Rounds never wait for
-    each other afterwards; this only lets a local experiment start together."""
+    peers were seen (at most swarm.start_wait_s). Returns the peers seen. This only lets a local
+    experiment start together: the peers met here are vouched for (in good standing as if they had
+    delivered, swarm.standing), so the first rounds may wait for their groups (swarm.wait_s) until
+    one of them fails; otherwise only peers whose groups were used are ever waited for."""
     sw = node.cfg.swarm
     if node.transport is None:
         return 0
@@ -59,4 +61,6 @@ def meet_peers(node: Node) -> int:
     deadline = time.monotonic() + sw.start_wait_s
     while node.transport.peers_seen() < sw.start_with_peers and time.monotonic() < deadline:
         time.sleep(0.2)
+    if sw.start_with_peers:
+        node.transport.vouch(sw.start_with_peers)
     return node.transport.peers_seen()

@@ -97,11 +97,22 @@ class SwarmConfig(BaseModel):
                                         "first); 0 = none (a sampler, which never trains)")
     notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
                               "directly (the DHT is the fallback); 0 = DHT only")
-    wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups when its pool "
-                          "holds fewer than select.external_groups and peers were seen recently; 0 = never wait")
+    wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
+                          "holds fewer than select.external_groups and a peer in good standing (its records were "
+                          "used within good_for_s, nothing of it failed since) has sent nothing since the last "
+                          "round; 0 = never wait")
+    good_for_s: float = Field(120.0, ge=1, le=86400, description="a peer whose records this node used within this "
+                              "long, with no failure since, is in good standing: rounds wait only for such peers "
+                              "and their bundles are fetched first (docs/PROTOCOL.md §7.2)")
+    backoff_s: float = Field(10.0, ge=0, le=3600, description="a peer whose fetch fails or times out, or whose "
+                             "records are all dropped, is not fetched for this long, doubled for each further "
+                             "failure in a row (at most max_age_s)")
+    max_peers: int = Field(4096, ge=16, le=1 << 20, description="peers tracked as seen and as judged (identities "
+                           "are free: past this, those not in good standing are forgotten first)")
     start_with_peers: int = Field(0, ge=0, le=100_000, description="before its first round, wait until this many "
-                                  "peers have been seen (`swarm local` sets nodes − 1 so a local swarm starts "
-                                  "together); 0 = start at once")
+                                  "peers have been seen, and vouch for them (in good standing until they fail: "
+                                  "rounds may wait for them); `swarm local` sets nodes − 1 so a local swarm "
+                                  "starts together; 0 = start at once")
     start_wait_s: float = Field(120.0, ge=0, le=86400, description="longest wait for start_with_peers")
     poll_interval_s: float = Field(0.5, ge=0.05, le=30, description="DHT announcement polling period")
     dht_timeout_s: float = Field(10.0, gt=0, le=120, description="bound on one DHT get/store")
@@ -151,4 +162,5 @@ class SwarmConfig(BaseModel):
         return Limits(caps=self.caps.to_caps(), max_records_per_peer_window=self.max_records_per_peer_window,
                       max_bytes_per_peer_window=self.max_bytes_per_peer_window, max_age_s=self.max_age_s,
                       max_clock_skew_s=self.max_clock_skew_s, window_s=self.window_s, shards=self.shards,
-                      max_fetches_per_window=self.max_fetches_per_window)
+                      max_fetches_per_window=self.max_fetches_per_window, good_for_s=self.good_for_s,
+                      backoff_s=self.backoff_s, max_peers=self.max_peers)

@@ -40,6 +40,7 @@ RPC message is capped at 4 MiB, so bytes move as ≤ 1 MiB frames on a raw strea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -56,6 +57,7 @@ from swarm import wire
 from swarm.config import SwarmConfig
 from swarm.dht import read_keys, start_swarm_dht
 from swarm.dial import FetchErrors, open_stream
+from swarm.fetch import fetch_announced, notify
 from swarm.identity import peer_id_of_key
 from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
@@ -116,6 +118,7 @@ class HivemindTransport:
     async def _start_async(self) -> None:
         self._wake = asyncio.Event()  # bound to this loop
         self._fetch_slots = asyncio.Semaphore(self.cfg.max_concurrent_fetches)
+        self._stranger_slots = asyncio.Semaphore(max(1, self.cfg.max_concurrent_fetches // 2))
         self._tasks: set[asyncio.Task] = set()
         self._p2p = await self._dht.replicate_p2p()
         if not self.cfg.client_mode:  # a client-mode p2pd has no address to name
@@ -271,27 +274,11 @@ class HivemindTransport:
                 self._spawn(self.pusher.offer_all(self._p2p, peers, value, data, self.inbox.addrs_of))
             return True
         for peer in self.inbox.known_peers()[: self.cfg.notify_peers] if push else ():
-            self._spawn(self._push(peer, value))
+            self._spawn(notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
         fut = self._dht.store(key, value, expiration_time=ann.created_at + self.cfg.max_age_s,
                               subkey=self._validator.local_public_key, return_future=True)
         return bool(await fut)
-
-    async def _push(self, peer: str, value: bytes) -> None:
-        writer = None
-        try:
-            async def push() -> None:
-                nonlocal writer
-                _, writer = await self.open_stream(peer, wire.NOTIFY_NAME)
-                await wire.write_frame(writer, value)
-            await asyncio.wait_for(push(), self.cfg.fetch_timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the DHT copy is the fallback; a failed push costs nothing else
-            log.info("push to %s failed: %r", peer[:12], exc)
-        finally:
-            if writer is not None:
-                writer.close()
 
     def _lookup(self, swarm: str, sha256: str) -> bytes | None:
         if swarm != self.cfg.swarm_id:
@@ -334,13 +321,22 @@ class HivemindTransport:
 
     # ------------------------------------------------------------------ take (poll, choose, fetch)
 
-    def take(self, min_records: int = 0, timeout: float = 0.0) -> Delivery:
+    def take(self, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Delivery:
         if self._stopped.is_set():
             raise SwarmError("take on a transport that was shut down")
-        return self.inbox.take(min_records, timeout, self._stopped)
+        return self.inbox.take(min_records, timeout, self._stopped, while_earned=while_earned)
 
     def peers_seen(self) -> int:
         return self.inbox.peers_seen()
+
+    def earned(self) -> int:
+        return self.inbox.earned()
+
+    def judge(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        self.inbox.judge(outcomes)
+
+    def vouch(self, limit: int) -> list[str]:
+        return self.inbox.vouch(limit)
 
     async def _poll_forever(self) -> None:
         tick = 0
@@ -379,36 +375,20 @@ class HivemindTransport:
                 if signer != self.peer_id:
                     self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
         for ann in self.inbox.choose(time.time()):
-            self._spawn(self._fetch(ann))
+            self._spawn(self._fetch(ann, not self.inbox.is_good(ann.peer)))
 
-    async def _fetch(self, ann: Announcement) -> None:
-        data, reason = None, "fetch_failed"
-        async with self._fetch_slots:
-            writer = None
-            try:
-                async def fetch() -> bytes:
-                    nonlocal writer
-                    reader, writer = await open_stream(self._p2p, ann.peer, wire.HANDLER_NAME, ann.addrs.split())
-                    return await wire.fetch_bundle(reader, writer, swarm=self.cfg.swarm_id, sha256=ann.sha256,
-                                                   nbytes=ann.nbytes)
-                data = await asyncio.wait_for(fetch(), self.cfg.fetch_timeout_s)
-            except wire.FetchError as exc:
-                reason = "digest_mismatch" if exc.reason == "digest_mismatch" else "fetch_failed"
-                log.info("fetch of %s's bundle: %s", ann.peer[:12], exc)
-                self.fetch_errors.failed(ann.peer, str(exc))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # unreachable peer, daemon error, timeout: counted, never raised
-                log.info("fetch of %s's bundle failed: %r", ann.peer[:12], exc)
-                self.fetch_errors.failed(ann.peer, str(exc) or type(exc).__name__)
-            finally:
-                if writer is not None:
-                    writer.close()
-        if data is not None:
+    async def _fetch(self, ann: Announcement, stranger: bool) -> None:
+        # peers not in good standing share half the download slots, so they cannot hold every one (swarm.inbox)
+        async with self._stranger_slots if stranger else contextlib.nullcontext(), self._fetch_slots:
+            data, reason, error = await fetch_announced(self._p2p, ann, swarm_id=self.cfg.swarm_id,
+                                                        timeout_s=self.cfg.fetch_timeout_s)
+        if data is None:
+            self.fetch_errors.failed(ann.peer, error)
+        else:
             self.fetch_errors.succeeded(ann.peer)
         try:  # decoding is CPU work: off the loop, so serving and polling go on meanwhile
             await asyncio.get_running_loop().run_in_executor(
-                None, self.inbox.settle_fetched, ann, data, self.cfg.swarm_id, reason)
+                None, self.inbox.settle_fetched, ann, data, self.cfg.swarm_id, reason or "fetch_failed")
         except Exception:  # a bug on our side; the bundle still counts, so nothing waits for it
             log.exception("filing the bundle of %s failed", ann.peer[:12])
             self.inbox.drop("internal_error")

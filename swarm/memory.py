@@ -2,13 +2,16 @@
 
 `InMemoryHub` stands in for the DHT (one value per signer per key, the newest replacing the older)
 plus every peer's served bytes and the direct announcement pushes; tests call it directly to forge
-announcements or serve malformed bytes. `InMemoryTransport` runs exactly the receive rules and the
-fan-in choice of swarm.transport, so what the unit tests prove about them holds for the real
-transport. Nothing runs in the background: `take` polls, chooses and fetches in the caller's thread.
+announcements or serve malformed bytes. `InMemoryTransport` runs exactly the receive rules, the
+fan-in choice and the peer standing of swarm.inbox, and reads at most `max_entries_per_key`
+entries of a key per poll (a random subset, as the real poll does inside the DHT process), so
+what the unit tests prove about them holds for the real transport. Nothing runs in the
+background: `take` polls, chooses and fetches in the caller's thread.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -67,11 +70,14 @@ class InMemoryTransport:
     """Transport over an InMemoryHub with the exact encode/vet/choose/decode path of the real one."""
 
     def __init__(self, hub: InMemoryHub, peer_id: str, swarm_id: str = "rlswarm", limits: Limits | None = None, *,
-                 notify_peers: int = 8, poll_interval_s: float = 0.01, clock: Callable[[], float] = time.time):
+                 notify_peers: int = 8, poll_interval_s: float = 0.01, clock: Callable[[], float] = time.time,
+                 max_entries_per_key: int = 32):
         self.hub, self.peer_id, self.swarm_id = hub, peer_id, swarm_id
         self.limits = limits or Limits()
         self.notify_peers, self.poll_interval_s, self.clock = notify_peers, poll_interval_s, clock
-        self.inbox = Inbox(self.limits)
+        self.max_entries_per_key = max_entries_per_key
+        self.inbox = Inbox(self.limits, clock=clock)
+        self.reads = 0  # announcement entries read from the hub (what a poll costs)
         self._closed = threading.Event()
         hub.listen(self)
 
@@ -92,17 +98,23 @@ class InMemoryTransport:
         now, lim = self.clock(), self.limits
         for window in windows_back(window_of(now, lim.window_s), lim.max_age_s, lim.window_s):
             for shard in range(lim.shards):
-                for signer, value in self.hub.announcements(rollouts_key(self.swarm_id, window, shard)).items():
+                entries = list(self.hub.announcements(rollouts_key(self.swarm_id, window, shard)).items())
+                if len(entries) > self.max_entries_per_key:
+                    entries = random.sample(entries, self.max_entries_per_key)
+                self.reads += len(entries)
+                for signer, value in entries:
                     if signer != self.peer_id:
                         self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
         for ann in self.inbox.choose(now):
             self.inbox.settle_fetched(ann, self.hub.fetch(ann.peer, ann.sha256), self.swarm_id)
 
-    def take(self, min_records: int = 0, timeout: float = 0.0) -> Delivery:
+    def take(self, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Delivery:
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
         self.poll()
         while self.inbox.ready_count() < min_records and time.monotonic() < deadline:
+            if while_earned and not self.inbox.awaited():
+                break
             time.sleep(min(deadline - time.monotonic(), self.poll_interval_s))
             self.poll()
         delivery = self.inbox.take(0, 0.0)
@@ -112,6 +124,15 @@ class InMemoryTransport:
     def peers_seen(self) -> int:
         self.poll()
         return self.inbox.peers_seen()
+
+    def earned(self) -> int:
+        return self.inbox.earned()
+
+    def judge(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        self.inbox.judge(outcomes)
+
+    def vouch(self, limit: int) -> list[str]:
+        return self.inbox.vouch(limit)
 
     def shutdown(self) -> None:
         self._closed.set()

@@ -82,6 +82,11 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "wire_bytes": out.wire_bytes,
         "bytes_downloaded": out.gathered.bytes,
         "peers_seen": out.gathered.peers_seen,
+        # standing of the peers seen (swarm.standing): good ones are waited for and fetched first
+        "peers_good": out.gathered.standing.get("good", 0),
+        "peers_new": out.gathered.standing.get("new", 0),
+        "peers_backoff": out.gathered.standing.get("backoff", 0),
+        "peers_backed_off": out.gathered.backed_off or None,  # a few backed-off peers → their last failure
         "fanin_skipped": out.gathered.skipped,
         "pool_size": len(node.selector.pool),
         "pool_aged_out": out.gathered.too_old,

@@ -38,13 +38,16 @@ class Gathered:
     skipped: int = 0  # valid announcements not fetched: the fan-in budget was spent
     bytes: int = 0  # bundle bytes downloaded since the last round
     too_old: int = 0  # pooled groups that aged out unused (ingest.max_age_s)
+    standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff
+    backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
 
     def __add__(self, other: Gathered) -> Gathered:
         drops = Counter(self.drops)
         drops.update(other.drops)
         waited = None if self.waited_s is None and other.waited_s is None else (self.waited_s or 0) + (other.waited_s or 0)
         return Gathered(self.groups + other.groups, dict(drops), waited, max(self.peers_seen, other.peers_seen),
-                        self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old)
+                        self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old,
+                        other.standing or self.standing, other.backed_off or self.backed_off)
 
 
 def verify(node: Node, tasks: list[Task], gen: GenerationResult, round_: int) -> list[Group]:
@@ -67,9 +70,11 @@ def gather(node: Node) -> Gathered:
     """Peers' groups delivered since the last round: regenerated, re-verified, recomputed here.
 
     Never lockstep: the round takes what has arrived. It waits (at most swarm.wait_s) only while
-    the pool holds fewer than select.external_groups usable groups, and never when no peer
-    has been seen (a node alone in a swarm does not wait). Pooled groups older than
-    ingest.max_age_s are pruned first.
+    the pool holds fewer than select.external_groups usable groups and a peer in good standing —
+    one whose records this node used recently and which has failed nothing since
+    (swarm.standing) — has delivered nothing since the last round. A node alone does not wait,
+    nor does one whose only peers are ghosts, peers that never serve, or peers whose every record
+    is dropped. Pooled groups older than ingest.max_age_s are pruned first.
     """
     if node.transport is None:
         return Gathered()
@@ -77,22 +82,32 @@ def gather(node: Node) -> Gathered:
     horizon = time.time() - cfg.ingest.max_age_s
     too_old = node.selector.prune(lambda g: g.created_at >= horizon)
     missing = max(0, cfg.select.external_groups - node.selector.usable())
-    wait = cfg.swarm.wait_s if missing and node.transport.peers_seen() else 0.0
-    gathered = receive(node, missing if wait else 0, wait)
+    wait = cfg.swarm.wait_s if missing and node.transport.earned() else 0.0
+    gathered = receive(node, missing if wait else 0, wait, while_earned=True)
     gathered.too_old = too_old
     return gathered
 
 
-def receive(node: Node, min_records: int = 0, timeout: float = 0.0) -> Gathered:
-    """What the transport delivered (waiting ≤ timeout while fewer than min_records), through ingest."""
+def receive(node: Node, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Gathered:
+    """What the transport delivered (waiting ≤ timeout while fewer than min_records; with `while_earned`, only
+    while a peer is in good standing), through ingest; the verdict per peer goes back to the transport
+    (Transport.judge)."""
     if node.transport is None:
         return Gathered()
-    delivery = node.transport.take(min_records=min_records, timeout=timeout)
+    delivery = node.transport.take(min_records=min_records, timeout=timeout, while_earned=while_earned)
     result = ingest_for(node, delivery.records)
+    node.transport.judge(verdicts(delivery.records, result.groups))
     drops = Counter(delivery.drops)
     drops.update(result.drops)
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
-                    delivery.bytes)
+                    delivery.bytes, standing=delivery.standing, backed_off=delivery.backed_off)
+
+
+def verdicts(records: list, groups: list[Group]) -> dict[str, tuple[int, int]]:
+    """peer → (its records ingest turned into groups, its records ingest dropped)."""
+    sent = Counter(r.peer for r in records)
+    used = Counter(g.source for g in groups)
+    return {peer: (used[peer], n - used[peer]) for peer, n in sent.items()}
 
 
 def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:

@@ -47,7 +47,9 @@ def _node_cfg(maddrs) -> dict:
         "tasks": {"datasets": [{"name": "chain_sum", "config": CHAIN}], "system_prompt": None, "eval_size": 0},
         "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
         "select": {"local_groups": 2, "external_groups": 4, "drop_zero_advantage": False},
-        "swarm": _swarm_cfg(maddrs), "eval": {"every": 0}, "checkpoint": {"every": 1000},
+        # backoff_s 0: one hostile identity sends one crafted bundle after another, and each must reach ingest
+        # (a peer whose records are all dropped is otherwise backed off: tests/integration/test_ghost_peers.py)
+        "swarm": _swarm_cfg(maddrs, backoff_s=0), "eval": {"every": 0}, "checkpoint": {"every": 1000},
         "metrics": {"console": False},
     }
 

@@ -45,7 +45,9 @@ def _record(peer: str, round_: int, index: int = 0, *, swarm: str = "rlswarm", c
         completions=completions)
 
 
-SWARM3_CONFIG = {"poll_interval_s": 0.2, "fetch_timeout_s": 5}  # the conftest's swarm3 peers
+# the conftest's swarm3 peers; backoff_s 0: one rogue identity tells one lie after another, and each must be
+# fetched to check its rule (backing a failing peer off is tested in test_ghost_peers.py)
+SWARM3_CONFIG = {"poll_interval_s": 0.2, "fetch_timeout_s": 5, "backoff_s": 0}
 
 
 def _cfg(initial_peers: list[str], **kw) -> SwarmConfig:

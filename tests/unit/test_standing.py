@@ -1,0 +1,209 @@
+"""Peers earn waiting, and identities are free (issue 28 items 1–2), on the in-memory twin.
+
+Before: one announcement from a throwaway key whose bytes nobody serves kept `peers_seen` at 1 for
+max_age_s, and a node with `swarm.wait_s` waited the whole wait_s every round (here 10 s per round
+instead of ~0); so did a peer whose every record the node dropped. And the fan-in served the peers
+with the fewest fetches first, so 100 fresh identities a window pushed a peer that had delivered for
+rounds out of the fetch budget. Now a round waits only for peers in good standing (their records
+were used recently, nothing failed since); failures back a peer off (counted `fetch_failed`,
+`backoff`), and peers in good standing are fetched first while strangers take at most half the
+budget, with every book bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from node.config import parse_config
+from node.node import Node
+from node.round.loop import run_round
+from protocols.codec import encode_bundle, sha256_hex
+from protocols.keys import rollouts_key, shard_of
+from swarm.memory import InMemoryHub, InMemoryTransport
+from swarm.standing import Standing
+from swarm.transport import Limits, make_bundle
+from tests.adversarial.hostile import honest_record
+from tests.unit.test_transport_memory import Clock, _announce_raw, _record
+
+WAIT_S = 10.0
+QUICK_S = WAIT_S / 5  # a round that did not wait for peers gathers in well under this
+
+
+def _victim(tmp_path, hub: InMemoryHub) -> Node:
+    cfg = {
+        "name": "victim", "seed": 0, "rounds": 10, "torch_threads": 1, "model": {"spec": "tiny-qwen2"},
+        "tasks": {"datasets": [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
+                  "system_prompt": None, "eval_size": 0},
+        "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
+        "select": {"local_groups": 2, "external_groups": 2, "drop_zero_advantage": False},
+        "swarm": {"enabled": True, "wait_s": WAIT_S}, "eval": {"every": 0}, "checkpoint": {"every": 100},
+        "metrics": {"console": False},
+    }
+    return Node(parse_config(cfg), tmp_path / "victim", transport=InMemoryTransport(hub, "victim"))
+
+
+def _records(node: Node, peer: str, index: int, n: int = 2, **kw):
+    return [honest_record(node, node.tasks, index=index + i, peer=peer, **kw) for i in range(n)]
+
+
+def _ghost(hub: InMemoryHub, node: Node, peer: str, index: int) -> None:
+    """A valid, signed announcement of a bundle whose bytes nobody serves."""
+    _, value, ann = make_bundle(peer, _records(node, peer, index), now=time.time())
+    hub.announce(rollouts_key("rlswarm", ann.window, shard_of(peer, 4)), peer, value)
+
+
+def test_a_ghost_announcement_does_not_make_rounds_wait(tmp_path):
+    hub = InMemoryHub()
+    node = _victim(tmp_path, hub)
+    try:
+        _ghost(hub, node, "ghost", 0)
+        rows = [run_round(node, r) for r in range(3)]
+    finally:
+        node.close()
+    assert [m["peers_seen"] for m in rows] == [1, 1, 1]
+    assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]  # before: 10 s each
+    assert rows[0]["drops"] == {"fetch_failed": 1}
+    assert all(m["peers_backoff"] == 1 and m["peers_good"] == 0 for m in rows)
+    assert rows[0]["peers_backed_off"] == {"ghost": "fetch_failed"}
+
+
+def test_a_peer_that_never_serves_is_backed_off_and_not_waited_for(tmp_path):
+    hub = InMemoryHub()
+    node = _victim(tmp_path, hub)
+    try:
+        rows = []
+        for r in range(4):  # it announces a new bundle every round and never serves one
+            _ghost(hub, node, "tease", 10 * r)
+            rows.append(run_round(node, r))
+    finally:
+        node.close()
+    assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]
+    drops = Counter()
+    for m in rows:
+        drops.update(m["drops"])
+    assert drops["fetch_failed"] >= 1 and drops["fetch_failed"] + drops["backoff"] == 4, drops
+
+
+def test_a_peer_whose_records_are_all_dropped_is_not_waited_for(tmp_path):
+    hub = InMemoryHub()
+    node = _victim(tmp_path, hub)
+    spam = InMemoryTransport(hub, "spam")
+    try:
+        rows = []
+        for r in range(4):  # a valid bundle a round, one record short of what the victim wants, always dropped
+            recs = _records(node, "spam", 10 * r, n=1)
+            spam.publish([dataclasses.replace(rec, prompt="not the question") for rec in recs])
+            rows.append(run_round(node, r))
+    finally:
+        node.close()
+    assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]  # before: 10 s each
+    assert all(m["groups_external"] == 0 for m in rows)
+    assert rows[0]["drops"] == {"prompt_mismatch": 1} and rows[0]["peers_good"] == 0
+    assert rows[1]["peers_backoff"] == 1 and rows[1]["peers_backed_off"] == {"spam": "records_dropped"}
+
+
+def test_a_good_peer_is_waited_for_until_it_fails_and_then_not(tmp_path):
+    hub = InMemoryHub()
+    node = _victim(tmp_path, hub)
+    peer = InMemoryTransport(hub, "honest")
+    try:
+        good = []
+        for r in range(3):  # it delivers every round: its records are used, so it is in good standing
+            peer.publish(_records(node, "honest", 10 * r))
+            good.append(run_round(node, r))
+        assert sum(m["groups_external"] for m in good) > 0
+        # the control: a round short of peer groups waits for a peer in good standing, until its bundle comes
+        timer = threading.Timer(1.5, lambda: peer.publish(_records(node, "honest", 30)))
+        timer.start()
+        waited = run_round(node, 3)
+        timer.join()
+        hub.disconnect("honest")  # it goes on announcing, and serves nothing any more
+        rows = []
+        for r in range(4, 7):
+            peer.publish(_records(node, "honest", 10 * r))
+            rows.append(run_round(node, r))
+    finally:
+        node.close()
+    assert 1.0 < waited["gather_s"] < WAIT_S and waited["groups_received"] == 2, waited["gather_s"]
+    assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]  # before: 10 s each
+    assert good[-1]["peers_good"] == 1
+    assert rows[0]["drops"].get("fetch_failed") == 1 and rows[0]["peers_backoff"] == 1
+
+
+def test_standing_backs_off_doubling_and_good_clears_it():
+    s = Standing(good_for_s=120, backoff_s=10, backoff_max_s=600)
+    assert s.state("p", 0) == "new" and s.earned(0) == []
+    s.good("p", 0)
+    assert s.state("p", 1) == "good" and s.earned(1) == ["p"] and s.score("p", 1) > 0.99
+    assert s.state("p", 121) == "new"  # nothing used for good_for_s: no longer waited for
+    s.bad("p", 200, "fetch_failed")
+    assert s.state("p", 209) == "backoff" and s.state("p", 211) == "new"  # on probation, not waited for
+    s.bad("p", 211, "fetch_timeout")
+    assert s.state("p", 230) == "backoff" and s.state("p", 232) == "new"  # 20 s the second time in a row
+    for t in range(5):
+        s.bad("p", 300 + t, "fetch_failed")
+    assert s.state("p", 304 + 599) == "backoff" and s.state("p", 304 + 601) == "new"  # capped at max_age_s
+    assert s.backed_off(304) == {"p": "fetch_failed"}
+    s.good("p", 1000)
+    assert s.state("p", 1000) == "good"
+    assert s.score("p", 1000 + 600) == pytest.approx(s.score("p", 1000) / 2)  # the score halves in 600 s
+
+
+def test_standing_table_is_bounded_and_keeps_the_informative_peers():
+    s = Standing(max_peers=64)
+    s.good("keeper", 0)
+    for i in range(1000):
+        s.bad(f"sybil{i}", 1, "fetch_failed")
+    assert len(s) <= 64 and s.state("keeper", 2) == "good"
+
+
+def test_sybils_cannot_starve_a_good_peer_nor_grow_the_work():
+    """100 fresh identities a window, half serving nothing and half serving bundles whose records are all
+    refused, against one peer whose records the node has used: the good peer's bundle is fetched in every
+    window, the strangers get at most half the budget, fetches per window stay within the budget, and the
+    books stay bounded."""
+    clock = Clock()
+    hub = InMemoryHub()
+    limits = Limits(max_fetches_per_window=8, max_peers=256)
+    victim = InMemoryTransport(hub, "V", limits=limits, clock=clock)
+    honest = InMemoryTransport(hub, "H", clock=clock)
+    fetches = Counter()
+    real_fetch = hub.fetch
+
+    def counted(peer, sha):
+        fetches[(int(clock.t // 10), peer == "H")] += 1
+        return real_fetch(peer, sha)
+
+    hub.fetch = counted
+    honest.publish([_record("H", index=0)])
+    assert [r.peer for r in victim.take().records] == ["H"]
+    victim.judge({"H": (1, 0)})  # the node used its record: H is in good standing
+    got_h = []
+    for w in range(1, 13):
+        clock.t += 10.0
+        for i in range(100):
+            sybil = f"S{w}-{i}"
+            junk = encode_bundle([_record(sybil, swarm="other")]) if i % 2 else b"never served"
+            _announce_raw(hub, sybil, junk, created_at=clock.t)
+            if not i % 2:
+                hub._blobs.pop((sybil, sha256_hex(junk)))  # announced, never served
+        honest.publish([_record("H", index=w)])
+        got = victim.take()
+        got_h.append(sum(r.peer == "H" for r in got.records))
+        victim.judge({"H": (got_h[-1], 0)} if got_h[-1] else {})
+        assert fetches[(int(clock.t // 10), False)] <= limits.max_fetches_per_window // 2
+        assert sum(n for (win, _), n in fetches.items() if win == int(clock.t // 10)) <= limits.max_fetches_per_window
+    assert got_h == [1] * 12  # before: the strangers took the budget and H waited its turn behind them
+    inbox = victim.inbox
+    assert len(inbox._peers) <= limits.max_peers and len(inbox.standing) <= limits.max_peers
+    assert sum(len(q) for q in inbox._candidates.values()) <= 64 + 4
+    assert inbox.is_good("H") and inbox.known_peers()[0] == "H"  # pushes go to the good peer first
+    reads_per_poll = 60 * 4 * victim.max_entries_per_key  # windows of max_age_s × shards × entries read per key
+    victim.reads = 0
+    victim.poll()
+    assert victim.reads <= reads_per_poll
