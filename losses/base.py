@@ -43,6 +43,10 @@ R, grpo with `ratio: old`) read it through `log_ratio_old`.
 Metrics: `kl_beh` estimates KL(μ‖π_θ) per token from μ's samples, k3(log π_θ − log μ) =
 r − 1 − log r with r = π_θ/μ (unbiased: E_μ[r] = 1); `kl_beh_local` / `kl_beh_external` split
 it by the rows' origin; `kl_old` is k3(log π_old − log π_θ), how far the steps moved π_θ.
+`is_weight_*` describe the weights as the loss can use them (capped where the loss caps them:
+grpo's dual clip), so a peer's claimed μ cannot set them off; `is_weight_extreme` counts the tokens
+whose π_θ/μ exceeds EXTREME_WEIGHT (= 10) before any clip — an alert that is not the headline —
+and the `kl_beh*` estimates leave those tokens out (one claimed μ of −30 would set them at ~e^20).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from torch import Tensor
 
 LOG_RATIO_BOUND = 20.0
 NOT_NEGLIGIBLE = 0.1  # an IS weight below this gives a peer's token (or row) < 1/10 of an own one's gradient
+EXTREME_WEIGHT = 10.0  # π_θ/μ above this on a token is counted (is_weight_extreme), whatever the loss makes of it
 
 Norm = Literal["seq", "token", "dr"]
 
@@ -273,15 +278,24 @@ def reduce_rows(per_row: Tensor, view: BehaviourView) -> Tensor:
     return (per_row * view.row_valid).sum() / view.totals.rows
 
 
-def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
+                      dual_clip: float | None = None) -> tuple[Tensor, Tensor]:
     """PPO surrogate −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), elementwise (adv broadcasts).
 
-    Returns the loss and a bool tensor: True where the clipped branch is strictly smaller, i.e.
-    where the clip removes the gradient.
+    `dual_clip` c (dual-clip PPO, Ye et al. 2020, c > 1): where A < 0 the loss is also capped at
+    −c·A, so a token's gradient weight is at most c (none beyond r > c) instead of r up to e^20 on
+    PPO's unclipped side. Returns the loss and a bool tensor: True where a clip removes the gradient.
     """
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
-    return -torch.minimum(unclipped, clipped), (clipped < unclipped).detach()
+    loss = -torch.minimum(unclipped, clipped)
+    removed = clipped < unclipped
+    if dual_clip is not None:
+        cap = -dual_clip * adv  # > 0 where A < 0
+        capped = (adv < 0) & (cap < loss)
+        loss = torch.where(capped, cap.expand_as(loss), loss)
+        removed = removed | capped
+    return loss, removed.detach()
 
 
 def masked_stats(values: Tensor, where: Tensor) -> tuple[float, float, float]:
@@ -305,20 +319,30 @@ def loss_metrics(
     weight_where: Tensor,
     clipped: Tensor,
     filtered: Tensor | None = None,
+    cap: float | None = None,
 ) -> dict[str, float]:
     """The metrics every loss reports.
 
     weight, weight_where, clipped: the importance weight this loss applies, where it is defined
       (tokens [B, T] or sequences [B]) and where it was clipped or truncated.
     filtered: [B] bool rows whose advantage a filter zeroed (None: no filter).
+    cap: the largest weight the loss can give any token's gradient (grpo's dual clip): the
+      is_weight_* statistics report min(weight, cap), what the optimizer could use, so a peer's
+      claimed μ cannot blow them up; the extremes are counted instead (is_weight_extreme: tokens
+      whose π_θ/μ exceeds EXTREME_WEIGHT, before any clip).
     """
+    if cap is not None:
+        weight = weight.detach().clamp(max=cap)
     w_mean, w_var, w_max = masked_stats(weight, weight_where)
     ext_rows = inputs.is_external if weight_where.dim() == 1 else inputs.is_external[:, None]
     w_external = masked_stats(weight, weight_where & ext_rows)[0]
     w_external_share = _masked_mean((weight.detach() >= NOT_NEGLIGIBLE).to(torch.float32), weight_where & ext_rows)
-    # KL(μ‖π_θ) per token from μ's samples: E_μ[r − 1 − log r] with r = π_θ/μ (k3 of log r)
+    # KL(μ‖π_θ) per token from μ's samples: E_μ[r − 1 − log r] with r = π_θ/μ (k3 of log r), over the tokens
+    # whose r is not extreme (those are counted in is_weight_extreme: one claimed μ would otherwise set it)
     kl_tok = k3(view.log_ratio.detach())  # [B, T]
-    external = inputs.is_external[:, None] & view.valid
+    extreme = view.valid & (view.log_ratio.detach() > math.log(EXTREME_WEIGHT))
+    counted = view.valid & ~extreme
+    external = inputs.is_external[:, None] & counted
     return {
         "is_weight_mean": w_mean,
         "is_weight_var": w_var,
@@ -327,10 +351,12 @@ def loss_metrics(
         "is_weight_external_share": w_external_share,  # share of those weights ≥ NOT_NEGLIGIBLE
         "clip_frac": _masked_mean(clipped.to(torch.float32), weight_where),
         "filtered_frac": 0.0 if filtered is None else float(filtered.to(torch.float32).mean()),
-        "kl_beh": _masked_mean(kl_tok, view.valid),
-        "kl_beh_local": _masked_mean(kl_tok, view.valid & ~external),
+        "kl_beh": _masked_mean(kl_tok, counted),
+        "kl_beh_local": _masked_mean(kl_tok, counted & ~external),
         "kl_beh_external": _masked_mean(kl_tok, external),
         "kl_old": _masked_mean(k3(-view.log_ratio_old.detach()), view.valid),
+        # a count, summed over a step's micro-batches: tokens a peer's claimed μ makes look extreme
+        "is_weight_extreme": float(extreme.sum()),
         "tokens": float(view.m.sum()),
     }
 

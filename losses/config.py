@@ -79,6 +79,14 @@ class GRPOConfig(BaseModel):
         le=10.0,
         description="Weight of the k3 KL to the reference policy (the initial weights; the node scores it); 0 = off.",
     )
+    dual_clip: float | None = Field(
+        3.0,
+        gt=1.0,
+        le=1e4,
+        description="Dual-clip PPO (Ye et al. 2020): where A < 0 the loss is capped at dual_clip·|A|, so no token "
+        "gets a gradient weight above it however a peer's claimed μ sets π_θ/μ (losses/grpo.py); null = GRPO's "
+        "unbounded side.",
+    )
 
 
 class PGConfig(BaseModel):

@@ -270,6 +270,8 @@ def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temp
         for k, v in out.metrics.items():
             if k.endswith("_max"):
                 maxes[k] = max(maxes.get(k, float("-inf")), v)
+            elif k.endswith("_extreme"):  # a count (losses.base.loss_metrics): the micro-batches' add up
+                step[k] = step.get(k, 0.0) + v
             elif k != "tokens":
                 tail = "_external" if "_external" in k else "_local" if k.endswith("_local") else ""
                 step[k] = step.get(k, 0.0) + v * shares[tail]
