@@ -12,6 +12,7 @@ Every limit of ``Caps`` is checked before the memory it guards is allocated:
 - strings, binaries, arrays and maps: msgpack's own ``max_*_len`` limits, applied while parsing
   (a hit fails the bundle as ``too_large``): strings ≤ max(4 · max_text_chars, 1024) UTF-8 bytes,
   binaries ≤ 4 · max_tokens bytes; prompt and completion text are then checked in characters;
+  msgpack ext types, of any length, fail the bundle as ``msgpack`` (the protocol has none);
 - completions per record, tokens per completion: before the packed arrays are unpacked;
 - objects: bytes alone do not bound what they become — 5.6 KB of zstd holding 64 MiB of
   two-character strings in nested arrays decoded to 1.5 GB of Python objects in 4.4 s — so every
@@ -279,6 +280,10 @@ class _TooManyObjects(Exception):
     pass
 
 
+def _no_ext(code: int, _data: bytes) -> Any:
+    raise ValueError(f"msgpack ext type {code}: not allowed on the wire")
+
+
 def _unpack(payload: bytes, caps: Caps) -> Any:
     left = caps.max_objects
 
@@ -298,12 +303,15 @@ def _unpack(payload: bytes, caps: Caps) -> Any:
         return msgpack.unpackb(
             payload, raw=False, strict_map_key=True, use_list=True, list_hook=items, object_pairs_hook=pairs,
             max_str_len=max(caps.max_text_chars * 4, _MIN_STR_BYTES), max_bin_len=caps.max_tokens * 4,
-            max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0)
+            max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0,
+            ext_hook=_no_ext)
     except _TooManyObjects:
         raise RecordError("too_large", f"more than {caps.max_objects} msgpack objects") from None
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
-        # msgpack says "<n> exceeds max_<kind>_len(<cap>)" when a length limit stops the parse
-        reason = "too_large" if "exceeds max_" in str(exc) else "msgpack"
+        # msgpack says "<n> exceeds max_<kind>_len(<cap>)" when a length limit stops the parse; an ext type
+        # (any length: max_ext_len 0 stops a non-empty one, _no_ext an empty one) is not msgpack of this protocol
+        text, ext = str(exc), "max_ext_len" in str(exc)
+        reason = "too_large" if "exceeds max_" in text and not ext else "msgpack"
         raise RecordError(reason, str(exc)[:200]) from None
 
 

@@ -4,26 +4,26 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
     publish(records):  bundle = encode_bundle(records), kept in memory for max_age_s (bounded in
                        bytes); DHT.store(key=rollouts_key(swarm, window, our shard),
                        subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB, naming
-                       our addresses: protocols.addrs),
-                       expiration=now + max_age_s); the same announcement is pushed over
+                       our addresses: protocols.addrs), expiration=now + max_age_s or later
+                       (swarm.expiry); the same announcement is pushed over
                        swarm.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
                        client mode (no listen address) the bundle is offered with its bytes to
                        up to `push_peers` of them instead (swarm.push, over swarm.wire.PUSH_NAME)
     background poller: every poll_interval_s it reads the current window's shards (the previous
                        window's every 4th tick, and on start the windows of the last max_age_s,
                        newest first, two per tick); every (subkey, value) goes through the shared
-                       receive rules (swarm.transport.Inbox), and the fan-in choice decides what
-                       to fetch over swarm.wire.HANDLER_NAME (dialled at the announced
+                       receive rules (swarm.inbox), and the fan-in choice decides what to fetch
+                       over swarm.wire.HANDLER_NAME (swarm.fetch; dialled at the announced
                        addresses first, then by libp2p's routing: swarm.dial)
     take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
-                       than `min` are ready)
+                       than `min` are ready); judge(): the node's verdict (swarm.standing)
     handlers:          bundle pulls, notifications, pushed bundles (swarm.push), and our swarm id,
                        protocol version and clock for `swarm doctor` (swarm.wire.INFO_NAME)
 
 One RSA key (swarm.identity) is both the libp2p identity and the DHT signing key, so the peer id
 a receiver derives from the signed subkey is the peer it dials for the bytes (a connection at an
-announced address is to that peer, or libp2p refuses it), and the `peer`
-field of every record must equal it; a push is attributed to the stream's authenticated peer.
+announced address is to that peer, or libp2p refuses it), and the `peer` field of every record
+must equal it; a push is attributed to the stream's authenticated peer.
 
 Threads and processes: hivemind's DHT runs in a child process (fork) driven through its pipe;
 this object runs one private asyncio loop in a daemon thread that owns every DHT call (the pipe
@@ -57,6 +57,7 @@ from swarm import wire
 from swarm.config import SwarmConfig
 from swarm.dht import read_keys, start_swarm_dht
 from swarm.dial import FetchErrors, open_stream
+from swarm.expiry import Expirations
 from swarm.fetch import fetch_announced, notify
 from swarm.identity import peer_id_of_key
 from swarm.push import Pusher, receive_push
@@ -89,6 +90,8 @@ class HivemindTransport:
         self._served_lock = threading.Lock()
         self._announcing: set = set()  # announcements whose DHT store is still running (concurrent futures)
         self._catch_up: list[int] = []  # older windows still to read once, newest first
+        self._expirations = Expirations()  # every store of ours under a key expires later than the last one
+        self.clock = time.time  # our clock for what we publish (tests skew it)
         self._stopped = threading.Event()
         self._dht: DHT | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -221,7 +224,8 @@ class HivemindTransport:
         The DHT store runs on the transport's loop in the background (the DHT nodes nearest the key may be
         slow peers, and a round must not be paced by them); one no DHT node accepted is counted
         (publish_failures) and logged."""
-        data, value, ann = make_bundle(self.peer_id, records, window_s=self.cfg.window_s, addrs=self.addrs)
+        data, value, ann = make_bundle(self.peer_id, records, now=self.clock(), window_s=self.cfg.window_s,
+                                       addrs=self.addrs)
         self._serve(ann, data)
         if self._loop is None or self._stopped.is_set():
             raise SwarmError("transport is not running (never started, or shut down)")
@@ -276,8 +280,9 @@ class HivemindTransport:
         for peer in self.inbox.known_peers()[: self.cfg.notify_peers] if push else ():
             self._spawn(notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
-        fut = self._dht.store(key, value, expiration_time=ann.created_at + self.cfg.max_age_s,
-                              subkey=self._validator.local_public_key, return_future=True)
+        expiration = self._expirations.next(key, ann.created_at + self.cfg.max_age_s)  # newest wins (swarm.expiry)
+        fut = self._dht.store(key, value, expiration_time=expiration, subkey=self._validator.local_public_key,
+                              return_future=True)
         return bool(await fut)
 
     def _lookup(self, swarm: str, sha256: str) -> bytes | None:

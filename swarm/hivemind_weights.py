@@ -5,7 +5,8 @@ It lives on a running HivemindTransport — the same identity, DHT, p2p replica 
 
     learner   publish(): keeps the bytes of its newest `keep` versions in memory, serves them on
               WEIGHTS_NAME (the bundle stream's framing: request, header, ≤ 1 MiB data frames), stores
-              the announcement under "{swarm}/weights/{own peer id}" with its owner subkey, stores it
+              the announcement under "{swarm}/weights/{own peer id}" with its owner subkey (expiring at
+              now + ttl_s, or later than the entry the DHT holds for it: swarm.expiry), stores it
               again every ttl_s / 3 so it outlives the DHT expiration while the learner lives, and pushes
               it (NOTIFY_NAME, one ≤ 1 KiB frame) to the `notify_peers` peers it has seen most recently
               (its samplers publish rollouts, so it sees them)
@@ -33,6 +34,8 @@ from functools import partial
 from protocols.weights import WeightAnnouncement, weights_key
 from swarm import wire
 from swarm.dht import read_keys
+from swarm.expiry import Expirations, stored_expiration
+from swarm.fetch import notify
 from swarm.hivemind_transport import HivemindTransport
 from swarm.weights import WeightBook, WeightLimits, WeightUpdate, make_weight_announcement
 
@@ -57,6 +60,8 @@ class HivemindWeights:
         self._served: OrderedDict[str, bytes] = OrderedDict()  # sha256 → weight bytes, newest last
         self._announced: tuple[WeightAnnouncement, bytes] | None = None
         self.fetched_bytes = 0  # weight bytes fetched and verified (for measurements)
+        self._expirations = Expirations()
+        self.clock = time.time  # our clock for what we publish (tests skew it)
         transport.run_on_loop(self._start(), transport.cfg.startup_timeout_s)
 
     async def _start(self) -> None:
@@ -71,13 +76,13 @@ class HivemindWeights:
     # ------------------------------------------------------------------ learner side
 
     def publish(self, version: int, data: bytes, fmt: str) -> WeightAnnouncement:
-        ann, value = make_weight_announcement(self.peer_id, version, data, fmt)
+        ann, value = make_weight_announcement(self.peer_id, version, data, fmt, now=self.clock())
         self._served[ann.sha256] = data
         while len(self._served) > self.keep:
             self._served.popitem(last=False)
         self._announced = (ann, value)
-        try:
-            stored = self.transport.run_on_loop(self._store(value), self.transport.cfg.dht_timeout_s)
+        try:  # a read of our own entry, then the store: two DHT calls
+            stored = self.transport.run_on_loop(self._store(value), 2 * self.transport.cfg.dht_timeout_s)
         except TimeoutError:
             stored = False
         if not stored:
@@ -85,35 +90,28 @@ class HivemindWeights:
         return ann
 
     async def _store(self, value: bytes) -> bool:
+        """Store `value` under our key with an expiration later than the entry the DHT holds for us (swarm.expiry:
+        an announcement stored while our clock was ahead must not lock the slot), after pushing it."""
         for peer in self.transport.inbox.known_peers()[: self.notify_peers]:
-            self.transport.spawn(self._push(peer, value))
-        fut = self.transport.dht.store(weights_key(self.swarm_id, self.peer_id), value,
-                                       expiration_time=time.time() + self.ttl_s,
-                                       subkey=self.transport.signing_subkey, return_future=True)
-        return bool(await fut)
-
-    async def _push(self, peer: str, value: bytes) -> None:
-        writer = None
+            self.transport.spawn(notify(self.transport.open_stream, peer, NOTIFY_NAME, value,
+                                        self.transport.cfg.fetch_timeout_s))
+        key, subkey = weights_key(self.swarm_id, self.peer_id), self.transport.signing_subkey
         try:
-            async def push() -> None:
-                nonlocal writer
-                _, writer = await self.transport.open_stream(peer, NOTIFY_NAME)
-                await wire.write_frame(writer, value)
-            await asyncio.wait_for(push(), self.transport.cfg.fetch_timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # not a sampler of ours, or gone: the DHT copy is the fallback
-            log.debug("weight push to %s failed: %r", peer[:12], exc)
-        finally:
-            if writer is not None:
-                writer.close()
+            held = await asyncio.wait_for(self.transport.dht.run_coroutine(
+                partial(stored_expiration, key=key, subkey=subkey), return_future=True), self.transport.cfg.dht_timeout_s)
+        except Exception as exc:  # not read: the store below still wins over every store of this process
+            log.info("reading our weight announcement's expiration failed: %r", exc)
+            held = None
+        expiration = self._expirations.next(key, self.clock() + self.ttl_s, held)
+        fut = self.transport.dht.store(key, value, expiration_time=expiration, subkey=subkey, return_future=True)
+        return bool(await fut)
 
     async def _refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(self.ttl_s / 3)
             if self._announced is not None:
                 try:
-                    await asyncio.wait_for(self._store(self._announced[1]), self.transport.cfg.dht_timeout_s)
+                    await asyncio.wait_for(self._store(self._announced[1]), 2 * self.transport.cfg.dht_timeout_s)
                 except Exception as exc:  # a DHT hiccup: the next refresh retries
                     log.info("refreshing the weight announcement failed: %r", exc)
 

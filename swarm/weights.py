@@ -12,7 +12,9 @@ Follower rules (every channel runs them; unit tests on the twin cover the real o
   (`bad_announcement`, `version`), in the follower's format (`format`: a full-weights sampler never loads an
   adapter), within the size cap (`too_large`) and not from the future beyond the clock skew (`future_timestamp`)
   — all before a byte is fetched; a value is vetted once, however often it is read;
-- it is fetched when it is newer (created_at) than what the follower holds, is fetching or has ready, and
+- it is fetched when it is newer (created_at) than what the follower holds, is fetching or has ready — each
+  of those dated no later than when the follower first saw it, so one announcement from a learner whose
+  clock was fast does not outrank the ones it makes after its clock is put right — and
   names other bytes than those it holds (the same bytes under another version only relabel them: a step
   with a zero gradient changes the version, not the weights); a learner that restarts from an older
   checkpoint announces a lower version with a newer time and is followed;
@@ -100,13 +102,17 @@ class WeightBook:
         self._ready: WeightUpdate | None = None
         self._pending: WeightAnnouncement | None = None  # a fetch in flight
         self._failed: dict[tuple[str, float], float] = {}  # (sha256, created_at) → when its last fetch failed
+        self._first_seen: dict[tuple[str, float], float] = {}  # (sha256, created_at) → when we first vetted it
         self._drops: Counter = Counter()
 
     def _newest(self) -> float:
-        times = [a.created_at for a in (self._held, self._pending) if a is not None]
+        """The newest of what we hold, fetch or have ready, each dated no later than when we first saw it: an
+        announcement dated ahead of our clock (the learner's clock was fast) must not outrank those the
+        learner makes once its clock is right."""
+        dated = [(a.sha256, a.created_at) for a in (self._held, self._pending) if a is not None]
         if self._ready is not None:
-            times.append(self._ready.created_at)
-        return max(times, default=float("-inf"))
+            dated.append((self._ready.sha256, self._ready.created_at))
+        return max((min(t, self._first_seen.get((sha, t), t)) for sha, t in dated), default=float("-inf"))
 
     def offer(self, key_learner: str, signer: str | None, value: object, now: float) -> WeightAnnouncement | None:
         """Vet a value read under `key_learner`'s key; returns the announcement to fetch now, if any."""
@@ -160,6 +166,9 @@ class WeightBook:
         if reason:
             self._drops[reason] += 1
             return None
+        if len(self._first_seen) >= 64:
+            self._first_seen = dict(list(self._first_seen.items())[32:])
+        self._first_seen.setdefault((ann.sha256, ann.created_at), now)
         return ann
 
     def settle(self, ann: WeightAnnouncement, data: bytes | None, reason: str = "fetch_failed",

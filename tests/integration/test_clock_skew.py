@@ -1,0 +1,67 @@
+"""A skewed clock cannot lock a peer's DHT announcements (issue 28 item 6), on real hivemind peers (127.0.0.1).
+
+hivemind keeps, per (key, subkey), the value that expires later and refuses a store that does not
+expire later still. Before: a learner whose clock was once an hour fast stored its weight announcement
+with expiration now + 1 h + ttl, and every later announcement (expiring at now + ttl) was refused until
+that one expired — 11 stores refused; a rollout announcement made after the clock stepped back within a
+window was refused the same way. Now each store under a key expires later than the entry the DHT holds
+for us (swarm.expiry), so the newest announcement is the one the DHT serves.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from protocols.codec import decode_announcement
+from protocols.keys import rollouts_key, shard_of, window_of
+from protocols.weights import decode_weight_announcement, weights_key
+from swarm.hivemind_weights import HivemindWeights
+from tests.unit.test_transport_memory import _record
+
+pytestmark = pytest.mark.integration
+SWARM3_CONFIG = {"poll_interval_s": 0.2}
+
+
+def _ours(reader, key: str, subkey: bytes):
+    """The value the DHT serves under (key, our subkey), read by another peer."""
+    async def get():
+        return await reader.dht.get(key, latest=True, return_future=True)
+    found = reader.run_on_loop(get(), 30)
+    entry = found.value.get(subkey) if found is not None else None
+    return None if entry is None else entry.value
+
+
+def test_a_weight_announcement_made_with_a_fast_clock_does_not_lock_the_next_ones(swarm3):
+    _, (lt, reader, _) = swarm3
+    key = weights_key(lt.cfg.swarm_id, lt.peer_id)
+    learner = HivemindWeights(lt)
+    learner.clock = lambda: time.time() + 3600  # one announcement while the clock is an hour fast
+    learner.publish(1, b"v1", "full")
+    learner.clock = time.time  # the clock put right
+    for version in (2, 3):
+        learner.publish(version, b"v%d" % version, "full")
+        assert decode_weight_announcement(_ours(reader, key, lt.signing_subkey)).version == version
+    learner.close()
+    # a learner restarted on the same identity (nothing remembered in-process) replaces it too
+    again = HivemindWeights(lt)
+    again.publish(4, b"v4", "full")
+    assert decode_weight_announcement(_ours(reader, key, lt.signing_subkey)).version == 4
+    again.close()
+
+
+def test_a_rollout_announcement_after_the_clock_stepped_back_replaces_the_earlier_one(swarm3):
+    _, (_, reader, peer) = swarm3
+    window = window_of(time.time(), 10.0) + 1  # a whole window ahead, so both stores fall in one window
+    start = window * 10.0
+    peer.clock = lambda: start + 6.0
+    peer.publish([_record(peer.peer_id, index=1)])
+    peer.flush()
+    peer.clock = lambda: start + 4.0  # NTP stepped the clock back 2 s
+    peer.publish([_record(peer.peer_id, index=2)])
+    peer.flush()
+    peer.clock = time.time
+    assert peer.publish_failures == 0  # before: the second store was refused (and counted)
+    key = rollouts_key(peer.cfg.swarm_id, window, shard_of(peer.peer_id, peer.cfg.shards))
+    assert decode_announcement(_ours(reader, key, peer.signing_subkey)).created_at == start + 4.0
