@@ -268,8 +268,11 @@ def control_line(swarm, solo, swarm_name: str, solo_name: str) -> str:
     if not swarm or not solo or None in (swarm[0], swarm[2], solo[0], solo[2]):
         return f"{swarm_name} vs its solo control {solo_name}: no held-out evaluation to compare"
     d = (swarm[2] - swarm[0]) - (solo[2] - solo[0])
-    ses = [x for x in (swarm[1], swarm[3], solo[1], solo[3]) if x is not None and x == x]
-    se = sum(x * x for x in ses) ** 0.5 if len(ses) == 4 else None
+    # the same seed evaluates the same items with the same samples before training: then the befores cancel
+    same_start = abs(swarm[0] - solo[0]) < 1e-12
+    ses = [x for x in ((swarm[3], solo[3]) if same_start else (swarm[1], swarm[3], solo[1], solo[3]))
+           if x is not None and x == x]
+    se = sum(x * x for x in ses) ** 0.5 if len(ses) == (2 if same_start else 4) else None
     return (f"{swarm_name} with its peers vs {solo_name} alone (same seed, task stream, generation and held-out items): "
             f"gain {swarm[2] - swarm[0]:+.3f} vs {solo[2] - solo[0]:+.3f}, difference {d:+.3f}"
             + (f" (± {se:.3f} s.e.; one seed — docs/BENCHMARKS.md §13 has the 8-seed answer)" if se else ""))
