@@ -77,20 +77,23 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
         raise
 
 
-async def read_keys(_dht, node, keys: list[str], per_key: int) -> dict[str, list[tuple[str | None, object]]]:
-    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each."""
+async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False) -> dict:
+    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each (a random
+    subset); with `counted`, each key's (entries it held, those values)."""
     found = await node.get_many(keys, sufficient_expiration_time=float("inf"))
     rng = random.Random(os.urandom(8))
-    out: dict[str, list[tuple[str | None, object]]] = {}
+    out: dict = {}
     for key, item in found.items():
         value = getattr(item, "value", None)
         if value is None:
             continue
         if not hasattr(value, "items"):  # not a dictionary of signed subkeys: unsigned, dropped as forged
-            out[key] = [(None, repr(value)[:64])]
+            out[key] = (1, [(None, repr(value)[:64])]) if counted else [(None, repr(value)[:64])]
             continue
         entries = list(value.items())
-        if len(entries) > per_key:
+        total = len(entries)
+        if total > per_key:
             entries = rng.sample(entries, per_key)
-        out[key] = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
+        picked = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
+        out[key] = (total, picked) if counted else picked
     return out

@@ -10,8 +10,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        client mode (no listen address) the bundle is offered with its bytes to
                        up to `push_peers` of them instead (swarm.push, over swarm.wire.PUSH_NAME)
     background poller: every poll_interval_s it reads the current window's shards (the previous
-                       window's every 4th tick, and on start the windows of the last max_age_s,
-                       newest first, two per tick); every (subkey, value) goes through the shared
+                       window's every 4th tick, on start the windows of the last max_age_s, a
+                       crowded key less often: swarm.polling); every (subkey, value) goes through the shared
                        receive rules (swarm.inbox), and the fan-in choice decides what to fetch
                        over swarm.wire.HANDLER_NAME (swarm.fetch; dialled at the announced
                        addresses first, then by libp2p's routing: swarm.dial)
@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections import OrderedDict
@@ -51,7 +50,7 @@ from functools import partial
 from hivemind import DHT
 
 from protocols.addrs import encode_addrs
-from protocols.keys import rollouts_key, shard_of, window_of, windows_back
+from protocols.keys import rollouts_key, shard_of
 from protocols.records import Announcement, RolloutRecord
 from swarm import wire
 from swarm.config import SwarmConfig
@@ -60,12 +59,11 @@ from swarm.dial import FetchErrors, open_stream
 from swarm.expiry import Expirations
 from swarm.fetch import fetch_announced, notify
 from swarm.identity import peer_id_of_key
+from swarm.polling import PollPlan
 from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
 
 log = logging.getLogger(__name__)
-_PREVIOUS_EVERY = 4  # the previous window is re-read every 4th tick (late and skewed announcements)
-_CATCH_UP_PER_TICK = 2  # older windows read per tick after a start
 ANNOUNCE_ATTEMPTS = 3  # DHT stores of one announcement, while its window is current
 ANNOUNCE_RETRY_S = 0.5  # pause between them
 
@@ -89,7 +87,6 @@ class HivemindTransport:
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
         self._announcing: set = set()  # announcements whose DHT store is still running (concurrent futures)
-        self._catch_up: list[int] = []  # older windows still to read once, newest first
         self._expirations = Expirations()  # every store of ours under a key expires later than the last one
         self.clock = time.time  # our clock for what we publish (tests skew it)
         self._stopped = threading.Event()
@@ -105,8 +102,7 @@ class HivemindTransport:
         self._dht, key, self._validator = start_swarm_dht(self.cfg)
         self.peer_id = peer_id_of_key(key)
         self._shard = shard_of(self.peer_id, self.cfg.shards)
-        now_window = window_of(time.time(), self.cfg.window_s)
-        self._catch_up = windows_back(now_window, self.cfg.max_age_s, self.cfg.window_s)[2:]
+        self._plan = PollPlan(self.cfg, time.time())  # which keys each poll reads (swarm.polling)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
         self._thread.start()
@@ -359,22 +355,16 @@ class HivemindTransport:
 
     async def _poll_once(self, tick: int) -> None:
         now = time.time()
-        current = window_of(now, self.cfg.window_s)
-        windows = [current] + ([current - 1] if tick % _PREVIOUS_EVERY == 0 else [])
-        windows += self._catch_up[:_CATCH_UP_PER_TICK]
-        del self._catch_up[:_CATCH_UP_PER_TICK]
-        shards = list(range(self.cfg.shards))
-        if self.cfg.read_shards is not None and self.cfg.read_shards < len(shards):
-            shards = random.sample(shards, self.cfg.read_shards)
-        keys = {rollouts_key(self.cfg.swarm_id, w, s): (w, s) for w in windows for s in shards}
+        keys = self._plan.keys(tick, now)
         try:
-            found = await asyncio.wait_for(
-                self._dht.run_coroutine(partial(read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key),
-                                        return_future=True), self.cfg.dht_timeout_s)
+            found = await asyncio.wait_for(self._dht.run_coroutine(partial(
+                read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key, counted=True), return_future=True),
+                self.cfg.dht_timeout_s)
         except Exception as exc:  # a DHT hiccup: the next tick retries
             log.info("DHT read of %d keys failed: %r", len(keys), exc)
             found = {}
-        for key, entries in found.items():
+        for key, (total, entries) in found.items():
+            self._plan.saw(key, total)
             window, shard = keys[key]
             for signer, value in entries:
                 if signer != self.peer_id:

@@ -6,7 +6,9 @@ recently and nothing failed since), fairly among them (fewest fetches within max
 the others — new identities and peers on probation after a backoff — best score first, at random
 among equals. While any peer is in good standing, the others take at most half of a window's fetch
 budget (`max_fetches_per_window // 2`), so strangers, however many, cannot spend the fetches our
-known-good peers need. A backed-off peer's announcements are not fetched (`backoff`).
+known-good peers need; and at least an eighth of it (at least one) whenever they have candidates,
+so that known-good peers that fill the budget do not shut newcomers out. A backed-off peer's
+announcements are not fetched (`backoff`).
 
 Bounded whatever the number of identities: at most `limits.max_peers` peers are tracked as seen and
 as judged; candidates of peers not in good standing are at most MAX_STRANGER_CANDIDATES together (a
@@ -219,21 +221,24 @@ class Inbox:
     def choose(self, now: float) -> list[Announcement]:
         """Candidates to fetch now: at most max_fetches_per_window started per window_s of wall time; peers in
         good standing first (fewest fetches within max_age_s first, ties at random), then the others (best
-        score first) within their share (module docstring); each peer's newest first. Chosen ones leave the
-        candidates."""
+        score first) within their share, which includes a small reserve (module docstring); each peer's
+        newest first. Chosen ones leave the candidates."""
         with self.cond:
             self._expire(now)
             counts = Counter(p for _, p, _ in self._fetch_log)  # fairness: fetches per peer within max_age_s
             room, stranger_room = self._room(now)
+            reserve = max(1, self.limits.max_fetches_per_window // 8) - sum(
+                s for t, _, s in self._fetch_log if t > now - self.limits.window_s)  # still owed to newcomers
             state = {p: self.standing.state(p, now) for p in self._candidates}
             chosen = []
             while room > 0 and self._candidates:
                 good = [p for p in self._candidates if state[p] == GOOD]
-                if good:
+                newcomers = len(good) < len(self._candidates) and stranger_room > 0
+                if good and not (newcomers and reserve > 0):
                     peer, stranger = min(good, key=lambda p: (counts[p], self.rng.random())), False
-                elif stranger_room > 0:
-                    peer = min(self._candidates, key=lambda p: (-self.standing.score(p, now), counts[p],
-                                                                self.rng.random()))
+                elif newcomers:
+                    others = [p for p in self._candidates if state[p] != GOOD]
+                    peer = min(others, key=lambda p: (-self.standing.score(p, now), counts[p], self.rng.random()))
                     stranger = True
                 else:
                     break
@@ -244,6 +249,7 @@ class Inbox:
                     counts[peer] += 1
                     room -= 1
                     stranger_room -= stranger
+                    reserve -= stranger
                     chosen.append(ann)
             return chosen
 

@@ -24,7 +24,10 @@ from node.node import Node
 from node.round.loop import run_round
 from protocols.codec import encode_bundle, sha256_hex
 from protocols.keys import rollouts_key, shard_of
+from protocols.keys import window_of
+from swarm.config import SwarmConfig
 from swarm.memory import InMemoryHub, InMemoryTransport
+from swarm.polling import MAX_STRIDE, PollPlan
 from swarm.standing import Standing
 from swarm.transport import Limits, make_bundle
 from tests.adversarial.hostile import honest_record
@@ -207,3 +210,54 @@ def test_sybils_cannot_starve_a_good_peer_nor_grow_the_work():
     victim.reads = 0
     victim.poll()
     assert victim.reads <= reads_per_poll
+
+
+def test_a_crowded_key_is_read_less_often_and_catch_up_windows_are_read_once_each():
+    """What the DHT process fetches and verifies per tick grows with the entries under a key, so a key that held
+    8× max_entries_per_key is read every 8th tick; the others every tick; catch-up windows once each."""
+    t0 = 1_700_000_005.0
+    plan = PollPlan(SwarmConfig(enabled=True, max_entries_per_key=32), now=t0)
+    now_w = window_of(t0, 10.0)
+    first = plan.keys(0, t0)
+    assert {w for w, _ in first.values()} == {now_w, now_w - 1, now_w - 2, now_w - 3}  # current, previous, catch-up
+    current = sorted(k for k, (w, _) in first.items() if w == now_w)
+    plan.saw(current[0], 8 * 32)  # 256 throwaway entries under one shard's key
+    plan.saw(current[1], 20)
+    seen = {w for w, _ in first.values()}
+    reads = dict.fromkeys(current, 0)
+    for t in range(1, 17):
+        keys = plan.keys(t, t0 + 0.1)
+        seen |= {w for w, _ in keys.values()}
+        for k in current:
+            reads[k] += k in keys
+    assert reads[current[0]] == 2 and reads[current[1]] == 16 and reads[current[2]] == 16  # ticks 8 and 16
+    plan.saw(current[0], 10**6)
+    capped = 0
+    for t in range(17, 17 + 2 * MAX_STRIDE):
+        keys = plan.keys(t, t0 + 0.1)
+        seen |= {w for w, _ in keys.values()}
+        capped += current[0] in keys
+    assert capped == 2  # at most every MAX_STRIDE-th tick, never less
+    assert seen >= set(range(now_w - 59, now_w + 1))  # every window of max_age_s read at least once
+
+
+def test_good_peers_that_fill_the_budget_leave_newcomers_a_reserve():
+    """Peers in good standing come first, but not all the way: 8 of them filling a budget of 8 would shut every
+    newcomer out for good (it can only earn standing by being fetched); max(1, budget // 8) is kept for them."""
+    clock = Clock()
+    hub = InMemoryHub()
+    victim = InMemoryTransport(hub, "V", limits=Limits(max_fetches_per_window=8), clock=clock)
+    goods = [InMemoryTransport(hub, f"G{i}", clock=clock) for i in range(8)]
+    for g in goods:
+        g.publish([_record(g.peer_id)])
+    assert len(victim.take().records) == 8
+    victim.judge({g.peer_id: (1, 0) for g in goods})
+    clock.t += 10.0
+    newcomer = InMemoryTransport(hub, "N", clock=clock)
+    newcomer.publish([_record("N")])
+    for g in goods:
+        g.publish([_record(g.peer_id, index=1)])
+    got = victim.take()
+    assert "N" in {r.peer for r in got.records} and len(got.records) == 8  # before: 8 good peers, N skipped
+    victim.judge({"N": (1, 0)})
+    assert victim.inbox.is_good("N")
