@@ -280,10 +280,6 @@ class _TooManyObjects(Exception):
     pass
 
 
-def _no_ext(code: int, _data: bytes) -> Any:
-    raise ValueError(f"msgpack ext type {code}: not allowed on the wire")
-
-
 def _unpack(payload: bytes, caps: Caps) -> Any:
     left = caps.max_objects
 
@@ -299,19 +295,20 @@ def _unpack(payload: bytes, caps: Caps) -> Any:
         items(kvs)
         return dict(kvs)
 
+    def no_ext(code: int, _data: bytes) -> Any:  # an empty ext (max_ext_len 0 stops the others)
+        raise ValueError(f"msgpack ext type {code}: not allowed on the wire")
+
     try:
         return msgpack.unpackb(
             payload, raw=False, strict_map_key=True, use_list=True, list_hook=items, object_pairs_hook=pairs,
             max_str_len=max(caps.max_text_chars * 4, _MIN_STR_BYTES), max_bin_len=caps.max_tokens * 4,
             max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0,
-            ext_hook=_no_ext)
+            ext_hook=no_ext)
     except _TooManyObjects:
         raise RecordError("too_large", f"more than {caps.max_objects} msgpack objects") from None
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
-        # msgpack says "<n> exceeds max_<kind>_len(<cap>)" when a length limit stops the parse; an ext type
-        # (any length: max_ext_len 0 stops a non-empty one, _no_ext an empty one) is not msgpack of this protocol
-        text, ext = str(exc), "max_ext_len" in str(exc)
-        reason = "too_large" if "exceeds max_" in text and not ext else "msgpack"
+        # "<n> exceeds max_<kind>_len(<cap>)": a length limit stopped the parse (an ext type of any length: msgpack)
+        reason = "too_large" if "exceeds max_" in str(exc) and "ext_len(" not in str(exc) else "msgpack"
         raise RecordError(reason, str(exc)[:200]) from None
 
 
