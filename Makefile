@@ -1,5 +1,5 @@
 # The two commands a newcomer needs:
-#   make demo   set everything up, then run a local swarm on this CPU (the main job)
+#   make demo   set everything up, then run a local swarm on this CPU beside a solo control (the main job)
 #   make test   set everything up, then run the whole test suite (what CI runs): the main
 #               suite in .venv, then the vLLM-on-CPU tests in .venv-vllm (make test-vllm)
 # The virtualenv is rebuilt only when pyproject.toml changes (stamp file named by its hash).
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: setup
-	$(SWARM) local --nodes 2 --config $(DEMO_CONFIG) --out runs/demo
+	$(SWARM) local --nodes 2 --config $(DEMO_CONFIG) --out runs/demo --control
 
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo
