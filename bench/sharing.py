@@ -241,6 +241,13 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
                 if a in by_arm and b in by_arm:
                     d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
                     diffs += [d] if d else []
+            smallest = min(n for (u, _, n) in cells if u == update)
+            if nodes != smallest:  # the swarm-size curve: each size against the smallest, arm by arm
+                for arm in by_arm:
+                    base = {r["seed"]: r for r in cells.get((update, arm, smallest), [])}
+                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
+                                                   "pair": f"{arm}: {nodes} vs {smallest} nodes"})
+                    diffs += [d] if d else []
             if versus and update != versus:
                 for arm in by_arm:
                     base = {r["seed"]: r for r in cells.get((versus, arm, nodes), [])}
@@ -297,7 +304,7 @@ def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
         ax.set_title(update)
         ax.legend(fontsize=8)
     ax = axes[0][-1]
-    shown = [d for d in diffs if "gain" in d and d["nodes"] == max(sizes)]
+    shown = [d for d in diffs if "gain" in d and (d["nodes"] == max(sizes) if len(sizes) == 1 else "nodes" in d["pair"])]
     ax.errorbar(range(len(shown)), [d["gain"] for d in shown], yerr=[d["gain_ci"] for d in shown], fmt="o", capsize=4)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shown)), [f"{d['pair']}\n{d['update']}" for d in shown], fontsize=7)
