@@ -109,6 +109,24 @@ class Prom:
         self.tokens_per_s = Gauge("swarm_generation_tokens_per_second", "Generation tokens/s", lab, registry=r)
         self.is_mean = Gauge("swarm_is_weight_mean", "Mean importance weight", lab, registry=r)
         self.is_max = Gauge("swarm_is_weight_max", "Max importance weight", lab, registry=r)
+        # what `swarm plot` and the dashboard draw (node.dashboard; deploy/grafana)
+        self.eval_se = Gauge("swarm_eval_accuracy_se", "Standard error of the held-out accuracy", lab, registry=r)
+        self.loss = Gauge("swarm_loss", "Training loss of the round's step", lab, registry=r)
+        self.kl = Gauge("swarm_kl_to_sampler", "k3 estimate of KL(sampler || policy) on own / peers' tokens",
+                        lab + ["source"], registry=r)
+        self.trained = Gauge("swarm_groups_trained", "Groups trained on in the round, own / peers'", lab + ["source"],
+                             registry=r)
+        self.is_ext = Gauge("swarm_is_weight_external", "Mean importance weight on peers' rows", lab, registry=r)
+        peer = lab + ["peer"]
+        self.peer_received = Counter("swarm_peer_groups_received_total", "Peer's groups accepted", peer, registry=r)
+        self.peer_used = Counter("swarm_peer_groups_used_total", "Peer's groups trained on", peer, registry=r)
+        self.peer_dropped = Counter("swarm_peer_records_dropped_total", "Peer's records dropped", peer + ["reason"],
+                                    registry=r)
+        self._peer_models: dict[str, str] = {}
+        self.peer_seen = Gauge("swarm_peer_last_seen_timestamp_seconds", "When the peer's records last arrived",
+                               peer, registry=r)
+        self.peer_model = Gauge("swarm_peer_info", "1 per peer, with the model its records name", peer + ["model"],
+                                registry=r)
 
     def serve(self, port: int, host: str) -> int:
         server, _ = start_http_server(port, addr=host, registry=self.registry)
@@ -138,6 +156,31 @@ class Prom:
         self.tokens_per_s.labels(n).set(m["tokens_per_s"])
         self.is_mean.labels(n).set(m.get("is_weight_mean", 1.0))
         self.is_max.labels(n).set(m.get("is_weight_max", 1.0))
+        self._observe_plot(m)
+
+    def _observe_plot(self, m: dict[str, Any]) -> None:
+        n = self.node
+        if m.get("eval_se") is not None:
+            self.eval_se.labels(n).set(m["eval_se"])
+        if m.get("rows_trained"):
+            self.loss.labels(n).set(m.get("loss", 0.0))
+            for source, key in (("own", "kl_beh_local"), ("peers", "kl_beh_external")):
+                if m.get(key) is not None and (source == "own" or m.get("groups_external")):
+                    self.kl.labels(n, source).set(m[key])
+        self.trained.labels(n, "own").set(m.get("groups_local", 0))
+        self.trained.labels(n, "peers").set(m.get("groups_external", 0))
+        if m.get("groups_external") and m.get("is_weight_external") is not None:
+            self.is_ext.labels(n).set(m["is_weight_external"])
+        for peer, st in (m.get("peer_stats") or {}).items():
+            self.peer_received.labels(n, peer).inc(st.get("received", 0))
+            self.peer_used.labels(n, peer).inc(st.get("used", 0))
+            for reason, count in st.get("dropped", {}).items():
+                self.peer_dropped.labels(n, peer, reason).inc(count)
+            if st.get("received") or st.get("dropped"):
+                self.peer_seen.labels(n, peer).set(m.get("time", 0.0))
+            if st.get("model") and peer not in self._peer_models:  # one series per peer, whatever it sends later
+                self._peer_models[peer] = str(st["model"])[:64]
+                self.peer_model.labels(n, peer, self._peer_models[peer]).set(1)
 
 
 class MetricsLog:
@@ -149,6 +192,10 @@ class MetricsLog:
         self.prom = Prom(node)
         self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
         self.trackers = build_trackers(cfg, out_dir, node, run_config)
+        if run_config is not None:  # the resolved config, for `swarm dashboard` (node.dashboard)
+            tmp = out_dir / "config.json.tmp"
+            tmp.write_text(json.dumps(run_config, indent=1, sort_keys=False) + "\n")
+            tmp.replace(out_dir / "config.json")
         self._start: dict[str, Any] = {"start": "fresh"}
 
     def mark_resumed(self, checkpoint: str = "") -> None:

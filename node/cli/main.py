@@ -2,13 +2,14 @@
 
   swarm node --config FILE [--rounds N] [--out DIR] [--initial-peers MADDR ... | --initial-peers-file PATH|URL]
              [--identity FILE] [--host-maddrs ...] [--announce-maddrs ...] [--client-mode] [--set k=v ...]
-  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N] [--control]
+  swarm local --nodes N --config FILE [--rounds N] [--out DIR] [--restart N] [--control] [--dashboard [PORT]]
   swarm local --samplers K --config FILE [--rounds N] [--out DIR] [--restart N]   (HeteroRL: a learner + K samplers)
   swarm bootstrap [--host-maddrs ...] [--announce-maddrs ...] [--identity FILE] [--maddrs-file FILE]
   swarm doctor [--config FILE] [network flags as for node]
   swarm models list | fetch NAME
   swarm eval --config FILE [--checkpoint DIR]
   swarm plot DIR... [--out PNG]
+  swarm dashboard DIR... [--host 127.0.0.1] [--port 8050]
   swarm export RUN_DIR --out DIR [--merge]
   swarm config show --config FILE
 
@@ -129,8 +130,13 @@ def cmd_local(args) -> int:
     from node.cli.local import run_local
 
     check_rounds(args.rounds)
-    prepare_out_dir(Path(args.out))
+    out = prepare_out_dir(Path(args.out))
     with ExitStack() as stack:
+        if args.dashboard is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            dash = start_dashboard([out], "127.0.0.1", args.dashboard, "--dashboard")
+            stack.callback(dash.close)
+            print(f"dashboard: {dash.start().url}", flush=True)
         _watchdog(stack)
         return run_local(args)
 
@@ -196,6 +202,34 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def start_dashboard(dirs: list[Path], host: str, port: int, flag: str = "--port"):
+    """node.dashboard's server for `dirs` (each must exist; it may hold no rounds yet); a busy port: one line, exit 2."""
+    from node.cli.lifetime import UsageError
+
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"no run dir {d}")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"{flag}: {port} is not a TCP port (0–65535)")
+    check_ports([("tcp", host, port, flag)] if port else [])
+    from node.dashboard.server import Dashboard
+
+    try:
+        return Dashboard(dirs, host, port)
+    except OSError as exc:  # an address this host does not have, or a port taken between the check and now
+        raise UsageError(f"the dashboard cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def cmd_dashboard(args) -> int:
+    dash = start_dashboard([Path(d) for d in args.dirs], args.host, args.port)
+    print(f"dashboard of {' '.join(args.dirs)} on {dash.url} (read-only; Ctrl-C stops it)", flush=True)
+    try:
+        dash.serve_forever()
+    finally:
+        dash.close()
+    return 0
+
+
 def cmd_export(args) -> int:
     from node.export import export
 
@@ -253,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--control", action="store_true",
                     help="also run a solo control: node 0's config, seed and task stream alone, training on all of "
                     "its own groups; the final table compares node 0's held-out gain with it")
+    lo.add_argument("--dashboard", type=int, nargs="?", const=8050, metavar="PORT",
+                    help="serve the live dashboard of the run on http://127.0.0.1:PORT/ (default 8050) while it runs")
     lo.set_defaults(fn=cmd_local)
 
     b = sub.add_parser("bootstrap", help="run a DHT bootstrap peer and print its multiaddrs")
@@ -279,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("dirs", nargs="+", help="run dirs holding metrics.jsonl (several: one figure, compared)")
     pl.add_argument("--out", help="PNG path (default: metrics.png in the first run dir)")
     pl.set_defaults(fn=cmd_plot)
+
+    da = sub.add_parser("dashboard", help="a live web page of runs: swarm plot's panels, peers, config")
+    da.add_argument("dirs", nargs="+", help="run dirs (a node's, or a `swarm local` out dir; several: compared)")
+    da.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    da.add_argument("--port", type=int, default=8050, help="port (default 8050; 0: any free port)")
+    da.set_defaults(fn=cmd_dashboard)
 
     ex = sub.add_parser("export", help="the newest checkpoint as a folder transformers / peft loads")
     ex.add_argument("run_dir", help="a node's run dir (holding checkpoints/)")

@@ -22,40 +22,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from node.dashboard.runs import EMA, ema, run_files  # noqa: E402
 from node.metrics import read_metrics  # noqa: E402
-
-EMA = 0.8  # weight of the past in the smoothed lines (TensorBoard's smoothing, debiased)
 
 
 def _runs(dirs: list[Path]) -> dict[str, list[dict]]:
-    """label → metrics rows; a dir holds one node's metrics.jsonl or one per node subdir (`swarm local`)."""
+    """label → metrics rows (node.dashboard.runs: one node's metrics.jsonl per dir, or one per node subdir)."""
     runs = {}
-    for d in dirs:
-        files = [d / "metrics.jsonl"] if (d / "metrics.jsonl").is_file() else sorted(d.glob("*/metrics.jsonl"))
-        if not files:
-            raise FileNotFoundError(f"no metrics.jsonl in {d} or its subdirectories")
-        for f in files:
-            rows = read_metrics(f)
-            if not rows:
-                continue
-            if len(dirs) == 1:
-                label = rows[0].get("node", f.parent.name) if len(files) == 1 else f.parent.name
-            else:
-                label = d.name if len(files) == 1 else f"{d.name}/{f.parent.name}"
-            runs[label] = rows
+    files = run_files(dirs)
+    for label, f in files:
+        rows = read_metrics(f)
+        if rows:
+            runs[rows[0].get("node", label) if len(files) == 1 and len(dirs) == 1 else label] = rows
     if not runs:
         raise FileNotFoundError(f"no metrics rows in {', '.join(map(str, dirs))}")
     return runs
-
-
-def ema(values: list[float], weight: float = EMA) -> list[float]:
-    """Debiased exponential moving average (NaNs are skipped, not propagated)."""
-    out, acc, norm = [], 0.0, 0.0
-    for v in values:
-        if v is not None and not math.isnan(v):
-            acc, norm = weight * acc + (1 - weight) * v, weight * norm + (1 - weight)
-        out.append(acc / norm if norm else float("nan"))
-    return out
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:

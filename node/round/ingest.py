@@ -28,7 +28,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from node.round.config import IngestConfig
@@ -53,6 +53,7 @@ RETOKENISED_SLACK = 4
 class IngestResult:
     groups: list[Group]
     drops: Counter[str]
+    peer_drops: dict[str, Counter[str]] = field(default_factory=dict)  # peer → reason → records dropped
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ def ingest(
     now = time.time() if now is None else now
     groups: list[Group] = []
     drops: Counter[str] = Counter()
+    peer_drops: dict[str, Counter[str]] = {}
     for rec in records:
         try:
             outcome = _one(rec, tasks=tasks, cfg=cfg, own_fingerprint=own_fingerprint,
@@ -105,9 +107,10 @@ def ingest(
                             type(exc).__name__, exc)
         if isinstance(outcome, str):
             drops[outcome] += 1
+            peer_drops.setdefault(getattr(rec, "peer", "?"), Counter())[outcome] += 1
         else:
             groups.append(outcome)
-    return IngestResult(groups, drops)
+    return IngestResult(groups, drops, peer_drops)
 
 
 def _one(rec: RolloutRecord, *, tasks: TaskSource, cfg: IngestConfig, own_fingerprint: str,

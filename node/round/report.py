@@ -69,6 +69,7 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "groups_informative": sum(g.informative for g in out.local),  # own groups with signal (rewards differ)
         "groups_received_informative": sum(g.informative for g in out.gathered.groups),
         "external_peers": sorted({g.source for g in sel.groups if g.is_external}),
+        "peer_stats": peer_stats(out),
         "rows_trained": step.rows,
         "tokens_generated": gen.new_tokens,
         "tokens_trained": step.tokens,  # completion tokens the step trained on (own and peers')
@@ -96,6 +97,18 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         **step.metrics,
         **out.extra,
     }
+
+
+def peer_stats(out: RoundOutcome) -> dict[str, dict]:
+    """Per peer this round: its model (as its records name it), groups accepted, groups trained on, drops by reason."""
+    used: dict[str, int] = {}
+    for g in out.selection.groups:
+        if g.is_external:
+            used[g.source] = used.get(g.source, 0) + 1
+    stats = {p: {**v, "used": used.pop(p, 0)} for p, v in out.gathered.by_peer.items()}
+    for peer, n in used.items():  # pooled in an earlier round, trained on in this one
+        stats[peer] = {"model": "", "received": 0, "dropped": {}, "used": n}
+    return stats
 
 
 def peer_groups_note(out: RoundOutcome, wanted: int) -> str | None:

@@ -40,6 +40,7 @@ class Gathered:
     too_old: int = 0  # pooled groups that aged out unused (ingest.max_age_s)
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
+    by_peer: dict[str, dict] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
 
     def __add__(self, other: Gathered) -> Gathered:
         drops = Counter(self.drops)
@@ -47,7 +48,33 @@ class Gathered:
         waited = None if self.waited_s is None and other.waited_s is None else (self.waited_s or 0) + (other.waited_s or 0)
         return Gathered(self.groups + other.groups, dict(drops), waited, max(self.peers_seen, other.peers_seen),
                         self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old,
-                        other.standing or self.standing, other.backed_off or self.backed_off)
+                        other.standing or self.standing, other.backed_off or self.backed_off,
+                        merge_by_peer(self.by_peer, other.by_peer))
+
+
+def merge_by_peer(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
+    """Two rounds' (or a round's two receives') per-peer tallies added up."""
+    out = {p: {**v, "dropped": dict(v["dropped"])} for p, v in a.items()}
+    for peer, v in b.items():
+        if peer not in out:
+            out[peer] = {**v, "dropped": dict(v["dropped"])}
+            continue
+        mine = out[peer]
+        mine["received"] += v["received"]
+        mine["dropped"] = dict(Counter(mine["dropped"]) + Counter(v["dropped"]))
+        mine["model"] = v["model"] or mine["model"]
+    return out
+
+
+def by_peer(records: list, groups: list[Group], peer_drops: dict[str, Counter]) -> dict[str, dict]:
+    """peer → {model: the name its records give (display only), received: its groups accepted, dropped: reason → n}."""
+    accepted = Counter(g.source for g in groups)
+    out: dict[str, dict] = {}
+    for r in records:
+        peer = getattr(r, "peer", "?")
+        model = getattr(getattr(r, "model", None), "name", "") or ""
+        out.setdefault(peer, {"model": model, "received": accepted[peer], "dropped": dict(peer_drops.get(peer, {}))})
+    return out
 
 
 def verify(node: Node, tasks: list[Task], gen: GenerationResult, round_: int) -> list[Group]:
@@ -100,7 +127,8 @@ def receive(node: Node, min_records: int = 0, timeout: float = 0.0, *, while_ear
     drops = Counter(delivery.drops)
     drops.update(result.drops)
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
-                    delivery.bytes, standing=delivery.standing, backed_off=delivery.backed_off)
+                    delivery.bytes, standing=delivery.standing, backed_off=delivery.backed_off,
+                    by_peer=by_peer(delivery.records, result.groups, result.peer_drops))
 
 
 def verdicts(records: list, groups: list[Group]) -> dict[str, tuple[int, int]]:
