@@ -72,7 +72,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             externals = [0] * nodes
             sums = [dict.fromkeys(totals, 0.0) for _ in swarm]
             weights = [[] for _ in swarm]
-            shares, filtered = [[] for _ in swarm], [[] for _ in swarm]
+            shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
             for r in range(rounds):
                 for k, node in enumerate(swarm):
                     m = run_round(node, r)
@@ -84,6 +84,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                         weights[k].append(m["is_weight_external"])
                         shares[k].append(m.get("is_weight_external_share", 0.0))
                         filtered[k].append(m.get("filtered_frac", 0.0))
+                        if m.get("kl_beh_external") is not None:
+                            kls[k].append(m["kl_beh_external"])
             last = [node.evaluate_items() for node in swarm]
         finally:
             for node in swarm:
@@ -96,6 +98,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             "external_weight": [statistics.fmean(w) if w else None for w in weights],
             "external_share": [statistics.fmean(w) if w else None for w in shares],  # weights ≥ 0.1 among them
             "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)
+            "kl_external": [statistics.fmean(w) if w else None for w in kls],  # KL(μ‖π) on peers' rows (k3)
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}
 

@@ -1,0 +1,201 @@
+"""Does a stronger peer teach? A student with a trained teacher's groups against the same student alone.
+
+The teacher is a lab model trained alone to its plateau (examples/lab-solo.yaml, `--teacher-rounds`
+rounds, partial credit) and then **frozen** (lr 0: it keeps sampling from the same policy, so every
+seed sees the same teacher). The student is a fresh lab model. Task: spell_backward, 3–6 letters
+(the lab models' own task) under the **binary** reward (exact match only) with groups of equal
+reward dropped (`select.drop_zero_advantage`): a teacher's group can carry signal where the
+student's own group on a task is all wrong. Pairings (student ← teacher):
+
+  same        lab-spell      ← lab-spell trained        (same architecture and tokenizer)
+  wide2spell  lab-spell      ← lab-spell-wide trained   (another tokenizer: rows re-tokenised,
+  spell2wide  lab-spell-wide ← lab-spell trained         weighted by the chunk ratio, ARCHITECTURE §6)
+
+Arms, for the student (node 0; I own + J the other node's groups trained, G generated per round):
+
+  D  4 / 0, G 4    alone
+  T  4 / 4, G 4    with the frozen teacher's groups (equal student generation with D)
+  P  4 / 4, G 4    with a fresh, learning peer of the teacher's model instead (is it the teacher's
+                   strength or any second node?)
+  A  8 / 0, G 8    alone at twice the generation (equal trained rows with T)
+
+Compute: T, P and D generate the same tokens on the student (the teacher's generation is its own);
+T and A train on the same number of groups. Every arm of a seed uses the same student task stream
+(tasks.seed = 100·seed) and the same held-out items (tasks.eval_size items, eval.samples each).
+
+Decision rule, fixed before the runs (per pairing, 8 seeds, paired by seed, 95 % t-interval on the
+difference of held-out exact-match gains):
+  the teacher teaches          T − D > 0 with an interval that excludes 0
+  more than any peer           T − P > 0 with an interval that excludes 0
+Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
+≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
+teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
+
+    python -m bench.teacher --pairings same wide2spell spell2wide --seeds 0 1 2 3 4 5 6 7 --jobs 2
+
+Runs are appended to bench/results/teacher.jsonl as they finish (an interrupted invocation resumes);
+the table goes to bench/results/teacher.json. The teachers are trained once, on first use, into
+`$SWARM_CACHE_DIR/bench/teachers/` (≈ 2 minutes each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import multiprocessing
+import os
+import statistics
+import time
+from pathlib import Path
+
+from bench.common import RESULTS, interval, table, write_json
+
+PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
+            "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
+ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None)}
+CONFIG = "examples/lab-solo.yaml"
+TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
+        "loss": {"name": "f-tis"}}
+
+
+def teacher_dir(spec: str, rounds: int) -> Path:
+    """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds (built on first use)."""
+    from node.models.load import default_cache_dir
+
+    root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}"
+    done = root / "model"
+    if (done / "config.json").is_file():
+        return done
+    from node import checkpoint
+    from node.config import load_config
+    from node.node import Node
+    from node.round.loop import run_round
+
+    print(f"training the teacher {spec} for {rounds} rounds (once) ...", flush=True)
+    cfg = load_config(CONFIG, {"model.spec": spec, "rounds": rounds, "torch_threads": 1, "eval.every": 0,
+                               "checkpoint.every": rounds, "metrics.console": False})
+    work = root.with_name(root.name + ".work")
+    node = Node(cfg, str(work))
+    try:
+        for r in range(rounds):
+            run_round(node, r)
+    finally:
+        node.close()
+    newest = checkpoint.complete_checkpoints(work / "checkpoints")[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    os.replace(newest / "model", done)
+    return done
+
+
+def run_one(job: dict) -> dict:
+    """One arm, one pairing, one seed: the student's (and the other node's) held-out gain and weights."""
+    from bench.sapo import run_swarm
+
+    student, other = PAIRINGS[job["pairing"]]
+    i, j, g, kind = ARMS[job["arm"]]
+    started = time.perf_counter()
+    configs, local, external, generate = [CONFIG], [i], [j], [g]
+    over = [{**TASK, "model.spec": student}]
+    if kind:  # the teacher (frozen) or a fresh peer of the teacher's model, generating 8 groups a round
+        spec = job["teacher_dir"] if kind == "teacher" else other
+        configs.append(CONFIG)
+        local, external, generate = local + [8 if kind == "teacher" else i], external + [0 if kind == "teacher" else j], \
+            generate + [8 if kind == "teacher" else g]
+        over.append({**TASK, "model.spec": spec, **({"train.lr": 0.0} if kind == "teacher" else {})})
+    run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
+    out = {k: job[k] for k in ("pairing", "arm", "seed", "rounds")}
+    out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
+               external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
+               w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
+               tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
+               cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1))
+    return out
+
+
+def _m(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    by = {(r["pairing"], r["arm"], r["seed"]): r for r in runs}
+    rows, diffs = [], []
+    for pairing in dict.fromkeys(r["pairing"] for r in runs):
+        for arm in ARMS:
+            rs = [r for r in runs if r["pairing"] == pairing and r["arm"] == arm]
+            if not rs:
+                continue
+            g, gh = interval([r["gain"] for r in rs])
+            rows.append({"pairing": pairing, "arm": arm, "seeds": len(rs), "before": _m(r["before"][0] for r in rs),
+                         "gain": g, "gain_ci": gh, "other_acc": _m(r["after"][1] if len(r["after"]) > 1 else None
+                                                                   for r in rs),
+                         "peer_groups": _m(r["external_groups"] for r in rs), "ext_w": _m(r["ext_w"] for r in rs),
+                         "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
+                         "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
+                         "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
+        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D")):
+            seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
+            if len(seeds) < 2:
+                continue
+            d = [by[(pairing, a, s)]["gain"] - by[(pairing, b, s)]["gain"] for s in seeds]
+            m, h = interval(d)
+            diffs.append({"pairing": pairing, "diff": f"{a} - {b}", "seeds": len(seeds), "mean": m, "ci": h,
+                          "positive": sum(x > 0 for x in d), "per_seed": " ".join(f"{x:+.3f}" for x in d)})
+    return rows, diffs
+
+
+def verdicts(diffs: list[dict]) -> list[str]:
+    out = []
+    for d in diffs:
+        rule = {"T - D": "the teacher teaches", "T - P": "more than any peer"}.get(d["diff"])
+        if rule:
+            yes = d["mean"] - d["ci"] > 0
+            out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
+                       f"{d['positive']}/{d['seeds']} seeds positive)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairings", nargs="+", choices=sorted(PAIRINGS), default=["same", "wide2spell", "spell2wide"])
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(range(8)))
+    ap.add_argument("--rounds", type=int, default=40, help="student rounds")
+    ap.add_argument("--teacher-rounds", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
+    ap.add_argument("--report", action="store_true", help="only summarise bench/results/teacher.jsonl")
+    args = ap.parse_args(argv)
+    sink_path = RESULTS / "teacher.jsonl"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    done = [json.loads(x) for x in sink_path.read_text().splitlines()] if sink_path.is_file() else []
+    if not args.report:
+        teachers = {spec: str(teacher_dir(spec, args.teacher_rounds))
+                    for spec in {PAIRINGS[p][1] for p in args.pairings}}
+        have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
+        jobs = [{"pairing": p, "arm": a, "seed": s, "rounds": args.rounds, "teacher_dir": teachers[PAIRINGS[p][1]]}
+                for s in args.seeds for p in args.pairings for a in args.arms if (p, a, s, args.rounds) not in have]
+        started, total = time.perf_counter(), len(jobs)
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, sink_path.open("a") as sink:
+            for k, fut in enumerate(cf.as_completed([pool.submit(run_one, j) for j in jobs]), 1):
+                r = fut.result()
+                sink.write(json.dumps(r) + "\n")
+                sink.flush()
+                done.append(r)
+                elapsed = time.perf_counter() - started
+                print(f"[{k}/{total}] {r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f} "
+                      f"(peer groups {r['external_groups']}, ext w {r['ext_w']}) — {elapsed:.0f} s, "
+                      f"ETA {elapsed / k * (total - k):.0f} s", flush=True)
+    runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"] in args.pairings]
+    rows, diffs = summarise(runs)
+    print(table(rows, list(rows[0])) if rows else "no runs")
+    print(table(diffs, list(diffs[0])) if diffs else "")
+    for line in verdicts(diffs):
+        print(line)
+    path = write_json("teacher", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs)})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
