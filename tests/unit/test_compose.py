@@ -37,9 +37,9 @@ def test_compose_file_is_valid():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_cpu_default_bootstrap_two_nodes_and_prometheus():
+def test_cpu_default_bootstrap_two_nodes_prometheus_and_grafana():
     services = _config()["services"]
-    assert set(services) == {"bootstrap", "node-0", "node-1", "prometheus"}
+    assert set(services) == {"bootstrap", "node-0", "node-1", "prometheus", "grafana"}
     for name in ("node-0", "node-1"):
         cmd = services[name]["command"]
         assert cmd[:3] == ["node", "--config", "examples/lab-swarm.yaml"]
@@ -52,7 +52,7 @@ def test_cpu_default_bootstrap_two_nodes_and_prometheus():
 
 def test_gpu_profile_runs_the_gpu_example_with_prometheus():
     services = _config("--profile", "gpu")["services"]
-    assert set(services) == {"bootstrap", "node-gpu-0", "prometheus-gpu"}
+    assert set(services) == {"bootstrap", "node-gpu-0", "prometheus-gpu", "grafana-gpu"}
     gpu = services["node-gpu-0"]
     assert gpu["build"]["args"]["TORCH_INDEX"].startswith("cu") and gpu["build"]["args"]["EXTRAS"] == "[vllm]"
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
