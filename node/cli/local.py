@@ -12,7 +12,9 @@ ended, reward and held-out accuracy first vs last) and ``OUT/metrics.png``.
 
 `--control` adds a solo control node ``<name>-solo``: node 0's config, seed and task stream, the same
 groups generated per round, no swarm, training on all of its own groups (I + J own, no peers'). The
-final table then sets node 0 against it on the same held-out items: what the swarm gave node 0.
+final table then sets node 0 against it on the same held-out items: what the swarm gave node 0. With
+one config per node (heterogeneous pairs) every node gets its own control, and every node is set
+against it.
 """
 
 from __future__ import annotations
@@ -80,26 +82,30 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         extra = [a for s in sets + user_sets for a in ("--set", s)]
         cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
         plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds is not None else [])))
-    if getattr(args, "control", False):
-        plan.append(_control(args, configs[0], bases[0], user_sets))
+    if getattr(args, "control", False):  # one config: node 0's control; one per node: each node's
+        nodes = range(len(configs)) if len(set(configs)) > 1 else [0]
+        plan += [_control(args, configs[i], bases[i], names[i] if len(nodes) > 1 else bases[0].name, user_sets,
+                          len(configs) + len(nodes)) for i in nodes]
     return plan
 
 
-def _control(args, path: str, base: NodeConfig, user_sets: list[str]) -> tuple[str, str, NodeConfig, list[str]]:
-    """The solo control: node 0's config, seed and task stream, no swarm, all of its own groups trained."""
+def _control(args, path: str, base: NodeConfig, name: str, user_sets: list[str],
+             processes: int) -> tuple[str, str, NodeConfig, list[str]]:
+    """The solo control of the node `name` runs (config `path`): its seed and task stream, no swarm, all of
+    its own groups trained."""
     if getattr(args, "samplers", None) is not None or base.federated is not None:
         raise ConfigError("--control compares a sampling-and-training node with one alone: not with --samplers "
                           "or a federated config")
     sel = base.select
-    sets = [f"name={base.name}-solo", "swarm.enabled=false", "metrics.console=false", f"seed={base.seed}",
+    sets = [f"name={name}-solo", "swarm.enabled=false", "metrics.console=false", f"seed={base.seed}",
             f"tasks.seed={base.tasks.seed}", f"select.local_groups={sel.local_groups + sel.external_groups}",
             "select.external_groups=0"]
     if base.torch_threads is None:
-        sets.append(f"torch_threads={max(1, (os.cpu_count() or 2) // (args.nodes + 1))}")
+        sets.append(f"torch_threads={max(1, (os.cpu_count() or 2) // processes)}")
     sets += user_sets
     cfg = load_config(path, _as_overrides(sets, args.rounds))
     extra = [a for s in sets for a in ("--set", s)] + (["--rounds", str(args.rounds)] if args.rounds is not None else [])
-    return f"{base.name}-solo", path, cfg, extra
+    return f"{name}-solo", path, cfg, extra
 
 
 def _start(name: str, path: str, cfg: NodeConfig, out: Path, maddrs: list[str], extra: list[str]) -> Child:
@@ -192,8 +198,8 @@ def run_local(args) -> int:
     latest = {c.name: c for c in children[1:]}  # a restarted node: its last process
     for name, c in latest.items():
         status.setdefault(name, "interrupted" if interrupted else "done" if c.returncode == 0 else f"exit {c.returncode}")
-    control = plan[-1][0] if getattr(args, "control", False) else None
-    summarize(out, [name for name, *_ in plan], status, control=(plan[0][0], control) if control else None)
+    solos = [name for name, _, cfg, _ in plan if getattr(args, "control", False) and not cfg.swarm.enabled]
+    summarize(out, [name for name, *_ in plan], status, controls=list(zip([name for name, *_ in plan], solos)))
     return 130 if interrupted else (1 if failed else 0)
 
 
@@ -279,10 +285,10 @@ def control_line(swarm, solo, swarm_name: str, solo_name: str) -> str:
 
 
 def summarize(out: Path, names: list[str], status: dict[str, str] | None = None,
-              control: tuple[str, str] | None = None) -> None:
+              controls: list[tuple[str, str]] = ()) -> None:
     """Per-node table (how it ended, rounds, groups used, reward first vs last fifth, held-out accuracy
-    before → after with standard errors, and the gain in standard errors) + metrics.png; with a solo
-    `control` (node 0's name, the control's), node 0's gain against the control's."""
+    before → after with standard errors, and the gain in standard errors) + metrics.png; per solo control
+    (a node's name, its control's), the node's gain against the control's."""
     from rich.console import Console
     from rich.table import Table
 
@@ -315,8 +321,8 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None,
             f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
     Console(width=max(170, Console().width)).print(table)
-    if control:
-        print(control_line(held.get(control[0]), held.get(control[1]), *control))
+    for node, solo in controls:
+        print(control_line(held.get(node), held.get(solo), node, solo))
     if dirs:
         from node.cli.plot import plot_runs
 

@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "default 0: a dying node stops the run, non-zero exit")
     lo.add_argument("--control", action="store_true",
                     help="also run a solo control: node 0's config, seed and task stream alone, training on all of "
-                    "its own groups; the final table compares node 0's held-out gain with it")
+                    "its own groups; the final table compares node 0's held-out gain with it (with one config per "
+                    "node, one control per node)")
     lo.add_argument("--dashboard", type=int, nargs="?", const=8050, metavar="PORT",
                     help="serve the live dashboard of the run on http://127.0.0.1:PORT/ (default 8050) while it runs")
     lo.set_defaults(fn=cmd_local)

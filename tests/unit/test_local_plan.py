@@ -40,3 +40,17 @@ def test_the_solo_control_refuses_a_learner_and_its_samplers():
     with pytest.raises(ConfigError, match="--control"):
         _node_plan(Namespace(config=["examples/heterorl/lab.yaml"], nodes=1, samplers=1, rounds=None, set=[], out="runs/x",
                              control=True))
+
+
+def test_a_heterogeneous_pair_gets_one_solo_control_per_node():
+    plan = _node_plan(Namespace(config=["examples/hetero/spell.yaml", "examples/hetero/spell-wide.yaml"], nodes=2,
+                                rounds=4, set=[], control=True))
+    names = [name for name, *_ in plan]
+    assert names == ["spell", "spell-wide", "spell-solo", "spell-wide-solo"]
+    (_, _, a, _), (_, _, b, _), (_, _, sa, _), (_, _, sb, _) = plan
+    for node, solo in ((a, sa), (b, sb)):  # each control: its node's model, seed, task stream and generation, alone
+        assert solo.swarm.enabled is False and node.swarm.enabled is True
+        assert (solo.model.spec, solo.seed, solo.tasks.seed) == (node.model.spec, node.seed, node.tasks.seed)
+        assert solo.generation.prompts_per_round == node.generation.prompts_per_round
+        assert solo.select.external_groups == 0
+    assert sa.model.spec != sb.model.spec
