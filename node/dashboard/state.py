@@ -63,6 +63,8 @@ def series(rows: list[dict]) -> dict[str, list]:
         "groups_own": [m.get("groups_local", 0) for m in rows],
         "groups_peers": [m.get("groups_external", 0) for m in rows],
     }
+    if not any(col["groups_peers"]):  # a node that never trained on a peer's group (a solo run): no peers' line
+        col["groups_peers"] = [None] * len(rows)
     for key in ("reward", "accuracy", "loss"):
         col[f"{key}_ema"] = _clean(ema(col[key], EMA))
     return col

@@ -10,9 +10,9 @@ const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 const PANELS = [
   {id: "reward", title: "mean reward, own completions (thin: per round, thick: EMA)",
    lines: [["reward", "", "thin"], ["reward_ema", " (EMA)", "thick"]]},
-  {id: "accuracy", title: "accuracy (reward ≥ 1), own completions (thin: per round, thick: EMA)",
+  {id: "accuracy", unit: true, title: "accuracy (reward ≥ 1), own completions (thin: per round, thick: EMA)",
    lines: [["accuracy", "", "thin"], ["accuracy_ema", " (EMA)", "thick"]]},
-  {id: "held_out", title: "held-out accuracy ± 1 s.e. (round −1: before training)", heldOut: true},
+  {id: "held_out", unit: true, title: "held-out accuracy ± 1 s.e. (round −1: before training)", heldOut: true},
   {id: "loss", title: "training loss (thin: per step, thick: EMA)",
    lines: [["loss", "", "thin"], ["loss_ema", " (EMA)", "thick"]]},
   {id: "kl", title: "KL(μ ‖ π_θ) estimate: own tokens (—), peers' (- -)",
@@ -30,12 +30,17 @@ const STYLES = {
 };
 
 // What a test (or a curious user, in the console) can read: polls made, snapshots that changed the page.
-window.dashboard = {polls: 0, changes: 0, error: null, panels: {}, lastRounds: {}, peers: 0};
+window.dashboard = {polls: 0, changes: 0, error: null, panels: {}, lastRounds: {}, peers: 0, violations: [], errors: []};
+document.addEventListener("securitypolicyviolation", e => window.dashboard.violations.push(e.violatedDirective));
+window.addEventListener("error", e => window.dashboard.errors.push(String(e.message)));
 const charts = {};  // panel id → {plot, key}
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "color") e.style.background = v;  // through the CSSOM: the page's CSP allows no inline style attribute
+    else e.setAttribute(k, v);
+  }
   for (const c of children) e.append(c);
   return e;
 }
@@ -66,6 +71,23 @@ function panelData(panel, nodes) {
   return {data: tables.length ? uPlot.join(tables) : [[]], series, key: labels.join("|")};
 }
 
+function tick(v) {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  return a < 1e-3 || a >= 1e5 ? v.toExponential(1) : String(+v.toPrecision(3));
+}
+
+function yRange(panel) {
+  // accuracies on [0, 1] as in `swarm plot`; elsewhere the data's range, padded (a flat line gets ±0.5)
+  if (panel.unit) return () => [-0.02, 1.02];
+  return (u, lo, hi) => {
+    if (lo == null || hi == null) return [0, 1];
+    if (lo === hi) return [lo - 0.5, hi + 0.5];
+    const pad = (hi - lo) * 0.05;
+    return [panel.id === "groups" ? 0 : lo - pad, hi + pad];
+  };
+}
+
 function points(data) {
   let n = 0;
   for (let s = 1; s < data.length; s++) for (const v of data[s]) if (v != null) n++;
@@ -87,8 +109,9 @@ function drawPanel(panel, nodes) {
     box.replaceChildren();
     const opts = {
       width: Math.max(300, box.clientWidth), height: 230, series,
-      scales: {x: {time: false}},
-      axes: [{label: "round", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]}, {}],
+      scales: {x: {time: false}, y: {range: yRange(panel)}},
+      axes: [{label: "round", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]},
+             {values: (u, splits) => splits.map(tick), size: 60}],
       legend: {show: false},  // one legend for every panel: the node swatches above them
       cursor: {drag: {x: false, y: false}},
     };
@@ -128,7 +151,7 @@ function drawNodes(nodes) {
   const box = document.getElementById("nodes");
   const open = new Set([...box.querySelectorAll("details[open]")].map(d => d.dataset.node));
   box.replaceChildren(...nodes.map((n, k) => {
-    const summary = el("summary", {}, el("span", {class: "swatch", style: `background:${COLORS[k % COLORS.length]}`}),
+    const summary = el("summary", {}, el("span", {class: "swatch", color: COLORS[k % COLORS.length]}),
       `${n.label} · model ${n.model || "–"} · peer ${n.peer_id ? n.peer_id.slice(0, 12) + "…" : "– (no swarm)"} · ` +
       `${n.rounds} rounds · ${n.dir}`);
     const d = el("details", {"data-node": n.label}, summary,
@@ -140,7 +163,7 @@ function drawNodes(nodes) {
 
 function drawLegend(nodes) {
   document.getElementById("legend").replaceChildren(...nodes.map((n, k) =>
-    el("span", {class: "key"}, el("span", {class: "swatch", style: `background:${COLORS[k % COLORS.length]}`}), n.label)));
+    el("span", {class: "key"}, el("span", {class: "swatch", color: COLORS[k % COLORS.length]}), n.label)));
 }
 
 let lastSignature = "";
