@@ -23,6 +23,7 @@ import yaml
 
 from bench.common import interval, table, write_json
 from node.metrics import read_metrics
+from node.progress import Progress
 
 
 def gains(run: Path) -> dict[str, float]:
@@ -66,11 +67,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
     runs = []
+    bar = Progress("bench.demo_seeds", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
     for k, seed in enumerate(args.seeds, 1):
         r = run_seed(args.config, args.nodes, seed, args.rounds)
         runs.append(r)
+        bar.advance()
         print(f"[{k}/{len(args.seeds)}] seed {seed}: " + " ".join(f"{n} {v:+.3f}" for n, v in r["gains"].items())
               + f" · node 0 − solo {r['node0_minus_solo']:+.3f} ({r['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    bar.close()
     summary = {}
     for key in ("node0_minus_solo", "swarm_mean_minus_solo"):
         xs = [r[key] for r in runs]

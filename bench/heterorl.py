@@ -49,6 +49,7 @@ from node.config import load_config
 from node.heterorl.learner import run_learner_round
 from node.heterorl.sampler import sample_round
 from node.node import Node
+from node.progress import Progress
 from node.round.config import DelayConfig
 from node.round.delay import DelayModel
 from swarm.memory import InMemoryHub, InMemoryTransport
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     random.seed(0)
     before: dict[int, float] = {}
     results, started = [], time.perf_counter()
+    bar = Progress("bench.heterorl", total=len(args.max_delays) * len(args.losses) * len(args.seeds), unit="runs",
+                   every_s=0)  # k/N, ETA on stderr
     for bound in args.max_delays:
         for loss in args.losses:
             runs = []
@@ -224,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({"loss": loss, "max_delay": bound, **{k: v for k, v in run.items() if k != "steps"}}),
                       flush=True)
                 runs.append(run)
+                bar.advance()
             row = {"loss": loss, "max_delay": bound, "seeds": len(runs)}
             for key in ("eval_before", "eval_after", "eval_best", "reward_first_q", "reward_last_q", "is_var", *DIAG,
                         "grad_norm",
@@ -232,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
                 row[f"{key}_mean"], row[f"{key}_ci"] = interval(xs) if xs else (None, None)
             row["runs"] = runs
             results.append(row)
+    bar.close()
     cols = ["loss", "max_delay", "eval_before_mean", "eval_after_mean", "eval_after_ci", "reward_first_q_mean",
             "reward_last_q_mean",
             "is_var_mean", "var_token_mean", "var_seq_mean", "var_gepo_mean", "grad_norm_mean", "grad_norm_max_mean",

@@ -36,6 +36,7 @@ import time
 
 from node.config import load_config
 from node.node import Node
+from node.progress import Progress
 from node.runner import run
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -125,14 +126,17 @@ def main(argv: list[str] | None = None) -> None:
         overrides[key] = parse_value(value)
     rounds = args.rounds or load_config(args.config).rounds
     results = []
+    bar = Progress("bench.learning_margin", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
     for seed in args.seeds:
         result = measure(seed, args.config, rounds, overrides, trace=args.trace)
         results.append(result)
+        bar.advance()
         t, f = result["trained"], result["frozen"]
         print(json.dumps(result), flush=True)
         print(f"seed {seed}: trained {t['before']:.3f} → {t['after']:.3f} ({t['gain']:+.3f} ± {t['se']:.3f}), "
               f"frozen {f['before']:.3f} → {f['after']:.3f} ({f['gain']:+.3f} ± {f['se']:.3f}), "
               f"effect {result['effect']:+.3f}", file=sys.stderr, flush=True)
+    bar.close()
     summary = {"summary": True, "seeds": args.seeds, "rounds": rounds, "overrides": overrides,
                "effect": interval([r["effect"] for r in results]),
                "trained_gain": interval([r["trained"]["gain"] for r in results]),

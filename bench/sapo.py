@@ -37,6 +37,7 @@ from bench.common import RESULTS, interval, table, write_json
 from bench.learning_margin import parse_value
 from node.config import load_config
 from node.node import Node
+from node.progress import Progress
 from node.round.loop import run_round
 from swarm.memory import InMemoryHub, InMemoryTransport
 
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         name, _, rest = item.partition("=")
         updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}
     results = []
+    bar = Progress("bench.sapo", total=len(updates) * len(args.splits) * len(args.seeds), unit="runs",
+                   every_s=0)  # k/N, ETA on stderr
     for update, over in updates.items():
         for split in args.splits:
             i, j = (int(x) for x in split.split("/"))
@@ -164,12 +167,14 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({"update": update, "split": split, **{k: v for k, v in run.items() if k != "curves"}}),
                       flush=True)
                 runs.append(run)
+                bar.advance()
             cum_m, cum_ci = interval([r["cum_reward"] for r in runs])
             gain_m, gain_ci = interval([r["gain"] for r in runs])
             results.append({"update": update, "split": split, "seeds": len(runs), "cum_reward_mean": cum_m,
                             "cum_reward_ci": cum_ci, "gain_mean": gain_m, "gain_ci": gain_ci,
                             "external_groups": statistics.fmean(sum(r["external_groups"]) for r in runs),
                             "runs": runs})
+    bar.close()
     report(results, vars(args), args.tag)
 
 

@@ -105,17 +105,27 @@ class Node:
         """Held-out items (a file dataset may hold fewer than tasks.eval_size)."""
         return len(self._eval_set)
 
-    def evaluate(self) -> float:
+    def evaluate(self, progress=None) -> float:
         """Held-out accuracy: the fraction of fully correct sampled completions (`eval.samples` per item)."""
-        return self.evaluate_items().accuracy
+        return self.evaluate_items(progress).accuracy
 
-    def evaluate_items(self) -> EvalResult:
-        """Held-out accuracy with its standard error over items (node.metrics.EvalResult)."""
+    def evaluate_items(self, progress=None) -> EvalResult:
+        """Held-out accuracy with its standard error over items (node.metrics.EvalResult); `progress`
+        (node.progress.Progress over the held-out items) advances as batches of them are generated."""
         if not self._eval_set:
             return EvalResult([])
         prompts = [self.prompt_of(t) for t in self._eval_set]
         k = self.cfg.eval.samples
-        result = self.generator.generate(prompts, n=k)
+        own = progress is None and self.cfg.metrics.console  # shown when it takes long (node.progress)
+        if own:
+            from node.progress import Progress
+
+            progress = Progress(f"[{self.cfg.name}] held-out eval", total=len(prompts), unit="items")
+        try:
+            result = self.generator.generate(prompts, n=k, **({"progress": progress} if progress is not None else {}))
+        finally:
+            if own:
+                progress.close()
         scores = [self.tasks.score_group(t, [c.text for c in g]) for t, g in zip(self._eval_set, result.groups)]
         self.last_eval = EvalResult([sum(s >= 1.0 for s in row) / k for row in scores], [sum(row) / k for row in scores],
                                     self._eval_labels)

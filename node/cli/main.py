@@ -188,8 +188,12 @@ def cmd_eval(args) -> int:
     out = Path(args.out or Path("runs") / cfg.name)
     _quiet_transformers()
     node = Node(cfg, out)
+    from node.progress import Progress
+
+    with Progress(f"held-out eval of {cfg.name}", total=node.eval_size, unit="items") as progress:
+        accuracy = node.evaluate(progress)
     print(json.dumps({"node": cfg.name, "round": node.next_round - 1,
-                      "eval_accuracy": node.evaluate(), "eval_size": cfg.tasks.eval_size}))
+                      "eval_accuracy": accuracy, "eval_size": cfg.tasks.eval_size}))
     return 0
 
 

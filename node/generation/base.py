@@ -34,7 +34,7 @@ class GenerationResult:
 class Generator(Protocol):
     """What the round needs from a backend; implementations live one per module/class."""
 
-    def generate(self, prompts: list[str], n: int) -> GenerationResult: ...
+    def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult: ...
 
     def sync_weights(self, model: torch.nn.Module, policy_version: int, *, force: bool = False) -> None:
         """Called after every optimizer step (and with force=True after a checkpoint restore)."""

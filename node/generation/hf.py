@@ -32,7 +32,8 @@ class HFGenerator:
         self.model = model  # same object: generation always sees the freshest weights
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int) -> GenerationResult:
+    def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
+        """`progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
         start = time.perf_counter()
         per_call = max(1, self.cfg.max_batch_sequences // n)
         groups: list[list[Completion]] = []
@@ -41,6 +42,8 @@ class HFGenerator:
             chunk = self._generate_chunk(prompts[lo : lo + per_call], n)
             new_tokens += sum(len(c.token_ids) for g in chunk for c in g)
             groups.extend(chunk)
+            if progress is not None:
+                progress.advance(len(chunk))
         return GenerationResult(groups, time.perf_counter() - start, new_tokens)
 
     def _generate_chunk(self, prompts: list[str], n: int) -> list[list[Completion]]:

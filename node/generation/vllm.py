@@ -155,7 +155,8 @@ class VLLMGenerator:
         log.info("vllm: weights v%d synced in %.2fs", policy_version, time.perf_counter() - start)
 
     # -- generation ----------------------------------------------------------------------------
-    def generate(self, prompts: list[str], n: int) -> GenerationResult:
+    def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
+        """One vLLM call for every prompt; `progress` (node.progress.Progress over prompts) is advanced when it returns."""
         from vllm import SamplingParams
 
         start = time.perf_counter()
@@ -174,6 +175,8 @@ class VLLMGenerator:
         outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora_request)
         groups = [[self._completion(c) for c in out.outputs] for out in outputs]  # [B][G]
         new_tokens = sum(len(c.token_ids) for g in groups for c in g)
+        if progress is not None:
+            progress.advance(len(groups))
         return GenerationResult(groups, time.perf_counter() - start, new_tokens, self.policy_version)
 
     def _completion(self, out) -> Completion:

@@ -51,6 +51,7 @@ from node.models.builders import (
     tiny_config,
     train_bpe,
 )
+from node.progress import Progress as StepProgress
 
 Progress = Callable[[str], None]
 
@@ -201,6 +202,12 @@ def train_lab_model(recipe: LabRecipe, progress: Progress = print):
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
     model.train()
     curve = []
+    with StepProgress(f"SFT of the lab model on {recipe.dataset}", total=recipe.max_steps,
+                      unit="steps (at most)", upper_bound=True, every_s=15) as bar:
+        return _sft(recipe, model, tok, opt, stop_set, curve, progress, bar)
+
+
+def _sft(recipe: LabRecipe, model, tok, opt, stop_set, curve: list, progress: Progress, bar: StepProgress):
     for step in range(recipe.max_steps):
         batch = _tasks(recipe, recipe.seed, recipe.batch_size, offset=step * recipe.batch_size)
         ids, mask, labels = _sft_batch(tok, batch)
@@ -212,6 +219,7 @@ def train_lab_model(recipe: LabRecipe, progress: Progress = print):
         opt.step()
         if not math.isfinite(loss.item()):
             raise RuntimeError(f"lab model SFT diverged at step {step}: loss {loss.item()}")
+        bar.update(step + 1, f"loss {loss.item():.3f}")
         if (step + 1) % recipe.eval_every == 0:
             ev = evaluate(
                 model,

@@ -1,0 +1,139 @@
+"""node.dashboard without a browser: the snapshot of run dirs (series, peers table, config with secrets hidden),
+the read-only server, the CLI's one-line errors, and the per-peer tallies behind the peers table."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from node.cli.main import main
+from node.dashboard.server import Dashboard
+from node.dashboard.state import HIDDEN, Snapshots, redact
+from node.metrics import Prom
+from node.round.steps import by_peer, merge_by_peer
+
+PEER = "QmPeerOne"
+
+
+def _row(r: int, **kw) -> dict:
+    base = {"node": "lab-0", "round": r, "reward_mean": 0.5 + r / 10, "accuracy": 0.25, "loss": -0.01, "rows_trained": 8,
+            "kl_beh_local": 0.0, "kl_beh_external": 0.1, "groups_local": 4, "groups_external": 2,
+            "is_weight_external": 0.9, "time": 1000.0 + r, "eval_accuracy": None}
+    return {**base, **kw}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    d = tmp_path / "run" / "lab-0"
+    d.mkdir(parents=True)
+    rows = [_row(0, eval_accuracy_before=0.4, eval_se_before=0.02, eval_size=100,
+                 peer_stats={PEER: {"model": "lab-spell", "received": 3, "used": 2, "dropped": {"stale_age": 1}}}),
+            _row(1, peer_stats={PEER: {"model": "", "received": 0, "used": 0, "dropped": {"bad_logprobs": 2}}},
+                 is_weight_external=float("nan"), groups_external=0),
+            _row(2, eval_accuracy=0.5, eval_se=None, eval_size=100, is_weight_external=0.7,
+                 peer_stats={PEER: {"model": "", "received": 0, "used": 4, "dropped": {}}})]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "node.log").write_text(f"[lab-0] peer QmSelf listening on /ip4/127.0.0.1/tcp/1\n"
+                                "[lab-0] model lab-spell on cpu · float32 weights\n")
+    (d / "config.json").write_text(json.dumps({"name": "lab-0", "model": {"spec": "lab-spell"},
+                                               "swarm": {"identity_path": "/home/me/node.key", "initial_peers": []},
+                                               "metrics": {"wandb_api_key": "abc123", "wandb_project": "rlswarm"}}))
+    return tmp_path / "run"
+
+
+def test_snapshot_series_peers_and_config(run_dir):
+    snap = Snapshots([run_dir]).snapshot()
+    (node,) = snap["nodes"]
+    assert (node["label"], node["peer_id"], node["model"], node["rounds"], node["last_round"]) == (
+        "lab-0", "QmSelf", "lab-spell", 3, 2)
+    s = node["series"]
+    assert s["round"] == [0, 1, 2] and s["reward"] == [0.5, 0.6, 0.7] and len(s["reward_ema"]) == 3
+    assert s["kl_peers"] == [0.1, None, 0.1]  # peers' KL only in rounds that trained on peers' groups
+    h = node["held_out"]
+    assert h["round"] == [-1, 2] and h["se"][0] == 0.02 and h["se"][1] == pytest.approx((0.25 / 100) ** 0.5)
+    (peer,) = snap["peers"]
+    assert (peer["peer"], peer["model"], peer["received"], peer["used"]) == (PEER, "lab-spell", 3, 6)
+    assert peer["drops"] == {"stale_age": 1, "bad_logprobs": 2} and peer["last_seen"] == 1001.0
+    assert peer["is_weight"] == pytest.approx(0.8)  # rounds 0 and 2 trained on its groups
+    cfg = node["config"]
+    assert cfg["swarm"]["identity_path"] == HIDDEN and cfg["metrics"]["wandb_api_key"] == HIDDEN
+    assert cfg["metrics"]["wandb_project"] == "rlswarm" and cfg["swarm"]["initial_peers"] == []
+
+
+def test_redact_keeps_nulls_and_ordinary_keys():
+    assert redact({"a": {"password": "x", "identity_path": None, "max_new_tokens": 16}}) == {
+        "a": {"password": HIDDEN, "identity_path": None, "max_new_tokens": 16}}
+
+
+def test_older_runs_without_peer_stats_list_the_peers_they_trained_on(tmp_path):
+    d = tmp_path / "old"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text(json.dumps(_row(0, external_peers=[PEER])) + "\n")
+    (peer,) = Snapshots([d]).snapshot()["peers"]
+    assert peer["received"] is None and peer["used"] is None and peer["is_weight"] == 0.9
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status, r.headers, r.read()
+
+
+def test_server_is_read_only_and_serves_only_its_files(run_dir):
+    dash = Dashboard([run_dir], "127.0.0.1", 0).start()
+    try:
+        code, headers, body = _get(dash.url)
+        assert code == 200 and b"uPlot.iife.min.js" in body and "default-src 'self'" in headers["Content-Security-Policy"]
+        code, headers, body = _get(dash.url + "static/vendor/uPlot.iife.min.js")
+        assert code == 200 and headers["Content-Type"].startswith("text/javascript") and len(body) > 40_000
+        code, _, body = _get(dash.url + "api/state")
+        state = json.loads(body)  # NaN became null: the browser's JSON.parse takes it
+        assert state["nodes"][0]["series"]["round"] == [0, 1, 2]
+        assert b"node.key" not in body and b"abc123" not in body
+        for path in ("static/../state.py", "static/%2e%2e/server.py", "etc/passwd", "static/vendor/LICENSE-uPlot"):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                _get(dash.url + path)
+            assert err.value.code == 404, path
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(dash.url + "api/state", data=b"{}", method="POST"), timeout=5)
+        assert err.value.code == 501
+        assert dash.httpd.server_address[0] == "127.0.0.1"
+    finally:
+        dash.close()
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
+    assert main(["dashboard", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no run dir {tmp_path / 'missing'}"
+    assert main(["dashboard", str(tmp_path), "--port", "70000"]) == 2
+    assert "not a TCP port" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert main(["dashboard", str(tmp_path), "--port", str(s.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already in use" in err
+
+
+def test_per_peer_tallies_and_their_prometheus_series():
+    rec = lambda peer, name: SimpleNamespace(peer=peer, model=SimpleNamespace(name=name))  # noqa: E731
+    groups = [SimpleNamespace(source="A")]
+    first = by_peer([rec("A", "lab-spell"), rec("A", "lab-spell"), rec("B", "x")], groups, {"A": {"stale_age": 1}})
+    assert first == {"A": {"model": "lab-spell", "received": 1, "dropped": {"stale_age": 1}},
+                     "B": {"model": "x", "received": 0, "dropped": {}}}
+    both = merge_by_peer(first, {"A": {"model": "", "received": 2, "dropped": {"stale_age": 2, "bad_logprobs": 1}}})
+    assert both["A"] == {"model": "lab-spell", "received": 3, "dropped": {"stale_age": 3, "bad_logprobs": 1}}
+    prom = Prom("lab-0")
+    prom.observe({**_row(0), "step_s": 0.1, "tokens_per_s": 10.0,
+                  "peer_stats": {"A": {"model": "lab-spell", "received": 3, "used": 2, "dropped": {"stale_age": 1}}}})
+    get = prom.registry.get_sample_value
+    assert get("swarm_peer_groups_received_total", {"node": "lab-0", "peer": "A"}) == 3
+    assert get("swarm_peer_groups_used_total", {"node": "lab-0", "peer": "A"}) == 2
+    assert get("swarm_peer_records_dropped_total", {"node": "lab-0", "peer": "A", "reason": "stale_age"}) == 1
+    assert get("swarm_peer_info", {"node": "lab-0", "peer": "A", "model": "lab-spell"}) == 1
+    assert get("swarm_groups_trained", {"node": "lab-0", "source": "peers"}) == 2
+    assert get("swarm_loss", {"node": "lab-0"}) == -0.01
