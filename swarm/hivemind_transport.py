@@ -64,6 +64,22 @@ from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
 
 log = logging.getLogger(__name__)
+
+
+def quiet_late_streams(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The transport loop's exception handler: a stream that p2pd hands us for a protocol whose handler
+    shutdown has just removed makes hivemind's dispatcher raise DispatchFailure (it has closed the stream
+    already), and asyncio would print that as an "Unhandled exception in client_connected_cb" traceback
+    in the log of every peer that stops while a peer fetches from it. One debug line instead; anything
+    else goes to asyncio's default handler."""
+    from hivemind.p2p.p2p_daemon_bindings.utils import DispatchFailure
+
+    if isinstance(context.get("exception"), DispatchFailure):
+        log.debug("a stream arrived for a removed handler while shutting down: %s", context["exception"])
+        return
+    loop.default_exception_handler(context)
+
+
 ANNOUNCE_ATTEMPTS = 3  # DHT stores of one announcement, while its window is current
 ANNOUNCE_RETRY_S = 0.5  # pause between them
 
@@ -104,6 +120,7 @@ class HivemindTransport:
         self._shard = shard_of(self.peer_id, self.cfg.shards)
         self._plan = PollPlan(self.cfg, time.time())  # which keys each poll reads (swarm.polling)
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(quiet_late_streams)
         self._thread = threading.Thread(target=self._loop.run_forever, name="swarm-transport", daemon=True)
         self._thread.start()
         try:
