@@ -135,6 +135,7 @@ def cmd_local(args) -> int:
         if args.dashboard is not None:
             out.mkdir(parents=True, exist_ok=True)
             dash = start_dashboard([out], "127.0.0.1", args.dashboard, "--dashboard")
+            stack.callback(print, f"dashboard stopped; `swarm dashboard {out}` shows the run again", flush=True)
             stack.callback(dash.close)
             print(f"dashboard: {dash.start().url}", flush=True)
         _watchdog(stack)

@@ -106,6 +106,19 @@ def test_server_is_read_only_and_serves_only_its_files(run_dir):
         dash.close()
 
 
+def test_bound_to_this_machine_by_default(tmp_path):
+    from node.cli.main import build_parser
+
+    args = build_parser().parse_args(["dashboard", str(tmp_path)])
+    assert (args.host, args.port) == ("127.0.0.1", 8050)
+    assert build_parser().parse_args(["local", "--config", "x.yaml", "--dashboard"]).dashboard == 8050
+    dash = Dashboard([tmp_path], port=0)
+    try:
+        assert dash.httpd.server_address[0] == "127.0.0.1"
+    finally:
+        dash.close()
+
+
 def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
     assert main(["dashboard", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no run dir {tmp_path / 'missing'}"
