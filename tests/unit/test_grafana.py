@@ -1,6 +1,7 @@
-"""The provisioned Grafana dashboard (deploy/grafana), validated without a Grafana server: its JSON has the
-shape Grafana's dashboard model requires, every panel queries the provisioned Prometheus datasource with
-PromQL over metric names the node defines, and docker-compose.yml mounts exactly these files.
+"""The provisioned Grafana dashboard (deploy/grafana), validated without a Grafana server: its JSON type-checks
+against Grafana's published dashboard model (@grafana/schema, with TypeScript: deploy/grafana/schema-check),
+its layout and queries are consistent, every panel queries the provisioned Prometheus datasource with PromQL
+over metric names the node defines, and docker-compose.yml mounts exactly these files.
 
 That every metric a panel names is exported by a running node is checked against a live /metrics endpoint
 in tests/integration/test_dashboard.py."""
@@ -9,16 +10,19 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "rlswarm.json"
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")
+SCHEMA_CHECK = GRAFANA / "schema-check"  # package.json + lock: @grafana/schema and typescript, pinned
 # PromQL words that are not metric names: functions, aggregations, modifiers
 PROMQL_WORDS = {"sum", "by", "without", "rate", "irate", "increase", "time", "avg", "max", "min", "count",
                 "label_values", "on", "ignoring", "group_left", "group_right", "offset", "topk", "bottomk"}
@@ -50,6 +54,41 @@ def defined_metrics() -> set[str]:
         kinds = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(metric.type, [""])
         names |= {metric.name + k for k in kinds}
     return names
+
+
+def _tsc() -> Path:
+    """TypeScript with @grafana/schema, installed from the lock file (npm ci) the first time."""
+    tsc = SCHEMA_CHECK / "node_modules" / ".bin" / "tsc"
+    if not tsc.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("validating the Grafana dashboard needs Node.js and npm (Debian: apt-get install -y nodejs npm)")
+        proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=SCHEMA_CHECK,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0 or not tsc.exists():
+            pytest.fail(f"npm ci in {SCHEMA_CHECK} failed: {(proc.stderr or proc.stdout)[-2000:]}")
+    return tsc
+
+
+def type_check(dash_json: str) -> subprocess.CompletedProcess:
+    """tsc on `const dashboard: Dashboard = <the JSON>`: as an object literal of Grafana's Dashboard type, an
+    unknown key anywhere (excess property check), a wrong type or a value outside an enum is an error."""
+    src = SCHEMA_CHECK / "dashboard.gen.ts"
+    src.write_text("import type { Dashboard } from '@grafana/schema';\n"
+                   f"export const dashboard: Dashboard = {dash_json};\n")
+    try:
+        return subprocess.run([str(_tsc()), "-p", str(SCHEMA_CHECK)], capture_output=True, text=True, timeout=300)
+    finally:
+        src.unlink()
+
+
+def test_dashboard_type_checks_against_grafanas_schema():
+    proc = type_check(DASHBOARD.read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the check bites: a misspelled panel key and a panel type that is not a string are both rejected
+    broken = DASHBOARD.read_text().replace('"gridPos"', '"gridpos"', 1).replace('"type": "timeseries"', '"type": 7', 1)
+    proc = type_check(broken)
+    assert proc.returncode != 0 and "gridpos" in proc.stdout and "not assignable" in proc.stdout, proc.stdout
 
 
 def test_dashboard_model_shape():
