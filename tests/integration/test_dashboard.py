@@ -85,7 +85,7 @@ def test_dashboard_of_a_live_two_node_swarm_in_chromium(tmp_path):
     dash_port, metrics_port = _free_ports(1), _free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "node.cli", "local", "--nodes", "2", "--config", "examples/tiny-swarm.yaml",
-         "--rounds", "40", "--out", str(out), "--dashboard", str(dash_port),
+         "--rounds", "1000", "--out", str(out), "--dashboard", str(dash_port),
          "--set", f"metrics.prometheus_port={metrics_port}", "--set", "eval.every=2"],
         cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
         start_new_session=True)
@@ -152,6 +152,6 @@ def test_dashboard_of_a_live_two_node_swarm_in_chromium(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    assert proc.returncode in (0, 130), log.read_text()[-3000:]
+    assert proc.returncode == 130, log.read_text()[-3000:]  # stopped by the SIGINT above, mid-run
     with pytest.raises(OSError):  # the dashboard stopped with the swarm
         urllib.request.urlopen(f"http://127.0.0.1:{dash_port}/", timeout=3)
