@@ -39,7 +39,7 @@ def test_compose_file_is_valid():
 
 def test_cpu_default_bootstrap_two_nodes_prometheus_and_grafana():
     services = _config()["services"]
-    assert set(services) == {"bootstrap", "node-0", "node-1", "prometheus", "grafana"}
+    assert set(services) == {"bootstrap", "node-0", "node-1", "prometheus", "grafana", "dashboard"}
     for name in ("node-0", "node-1"):
         cmd = services[name]["command"]
         assert cmd[:3] == ["node", "--config", "examples/lab-swarm.yaml"]
@@ -52,7 +52,7 @@ def test_cpu_default_bootstrap_two_nodes_prometheus_and_grafana():
 
 def test_gpu_profile_runs_the_gpu_example_with_prometheus():
     services = _config("--profile", "gpu")["services"]
-    assert set(services) == {"bootstrap", "node-gpu-0", "prometheus-gpu", "grafana-gpu"}
+    assert set(services) == {"bootstrap", "node-gpu-0", "prometheus-gpu", "grafana-gpu", "dashboard"}
     gpu = services["node-gpu-0"]
     assert gpu["build"]["args"]["TORCH_INDEX"].startswith("cu") and gpu["build"]["args"]["EXTRAS"] == "[vllm]"
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
@@ -107,3 +107,19 @@ def test_public_bootstrap_recipes(tmp_path):
     argv = shlex.split(exec_start)
     assert argv[0].endswith("/swarm")
     _check_command(argv[1:], tmp_path)
+
+
+@pytest.mark.parametrize("profile", [(), ("--profile", "gpu")], ids=["cpu", "gpu"])
+def test_dashboard_reads_every_nodes_run_dir_read_only(profile):
+    services = _config(*profile)["services"]
+    dash = services["dashboard"]
+    args = build_parser().parse_args(dash["command"])
+    assert args.command == "dashboard" and args.dirs == ["/runs"] and args.port == 8050
+    assert dash["ports"][0]["host_ip"] == "127.0.0.1"  # 0.0.0.0 only inside its container
+    (mount,) = dash["volumes"]
+    assert (mount["source"], mount["target"], mount["read_only"]) == ("runs", "/runs", True)
+    for name, svc in services.items():
+        if (svc.get("command") or [""])[0] == "node":  # each node writes its run dir on the same volume
+            cmd = svc["command"]
+            assert cmd[cmd.index("--out") + 1] == f"/runs/{name}"
+            assert any(v["source"] == "runs" and v["target"] == "/runs" for v in svc["volumes"])
