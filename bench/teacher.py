@@ -23,10 +23,18 @@ Compute: T, P and D generate the same tokens on the student (the teacher's gener
 T and A train on the same number of groups. Every arm of a seed uses the same student task stream
 (tasks.seed = 100·seed) and the same held-out items (tasks.eval_size items, eval.samples each).
 
+  Tn 4 / 4, G 4    T with the student's loss NoIS (the teacher's rows at weight 1, as if on-policy;
+                   added after the first half of the T runs showed no gain, to test why: the
+                   importance weight π/μ makes the teacher's rows estimate the student's own on-policy
+                   gradient, so an unbiased weight can only lower variance, never move the student
+                   towards the teacher faster)
+
 Decision rule, fixed before the runs (per pairing, 8 seeds, paired by seed, 95 % t-interval on the
 difference of held-out exact-match gains):
   the teacher teaches          T − D > 0 with an interval that excludes 0
   more than any peer           T − P > 0 with an interval that excludes 0
+  (Tn, fixed before its runs)  Tn − D > 0 with an interval that excludes 0: the teacher teaches
+                               when its rows are not importance-weighted
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -53,7 +61,9 @@ from bench.common import RESULTS, interval, table, write_json
 
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
             "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
-ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None)}
+ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
+        "Tn": (4, 4, 4, "teacher")}  # Tn: T with the student's loss NoIS (see STUDENT_LOSS)
+STUDENT_LOSS = {"Tn": "nois"}  # arms whose student trains with another loss than TASK's F-TIS
 CONFIG = "examples/lab-solo.yaml"
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
         "loss": {"name": "f-tis"}}
@@ -96,7 +106,8 @@ def run_one(job: dict) -> dict:
     i, j, g, kind = ARMS[job["arm"]]
     started = time.perf_counter()
     configs, local, external, generate = [CONFIG], [i], [j], [g]
-    over = [{**TASK, "model.spec": student}]
+    over = [{**TASK, "model.spec": student,
+             **({"loss": {"name": STUDENT_LOSS[job["arm"]]}} if job["arm"] in STUDENT_LOSS else {})}]
     if kind:  # the teacher (frozen) or a fresh peer of the teacher's model, generating 8 groups a round
         spec = job["teacher_dir"] if kind == "teacher" else other
         configs.append(CONFIG)
@@ -134,7 +145,7 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
                          "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
-        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D")):
+        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -148,7 +159,8 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 def verdicts(diffs: list[dict]) -> list[str]:
     out = []
     for d in diffs:
-        rule = {"T - D": "the teacher teaches", "T - P": "more than any peer"}.get(d["diff"])
+        rule = {"T - D": "the teacher teaches", "T - P": "more than any peer",
+                "Tn - D": "the teacher teaches without importance weights"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
