@@ -35,6 +35,10 @@ difference of held-out exact-match gains):
   more than any peer           T − P > 0 with an interval that excludes 0
   (Tn, fixed before its runs)  Tn − D > 0 with an interval that excludes 0: the teacher teaches
                                when its rows are not importance-weighted
+  (same@50, fixed before its runs) with a teacher trained 50 rounds instead of 200 (`--teacher-rounds
+                               50`: stronger than the student, but nearer to it than the 200-round
+                               teacher's KL(μ‖π) ≈ 0.6 nats per token), T − D > 0 excluding 0: the
+                               distance between teacher and student is what keeps the rows useless
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -65,6 +69,7 @@ ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"),
         "Tn": (4, 4, 4, "teacher")}  # Tn: T with the student's loss NoIS (see STUDENT_LOSS)
 STUDENT_LOSS = {"Tn": "nois"}  # arms whose student trains with another loss than TASK's F-TIS
 CONFIG = "examples/lab-solo.yaml"
+TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
         "loss": {"name": "f-tis"}}
 
@@ -102,7 +107,7 @@ def run_one(job: dict) -> dict:
     """One arm, one pairing, one seed: the student's (and the other node's) held-out gain and weights."""
     from bench.sapo import run_swarm
 
-    student, other = PAIRINGS[job["pairing"]]
+    student, other = PAIRINGS[job["pairing"].partition("@")[0]]
     i, j, g, kind = ARMS[job["arm"]]
     started = time.perf_counter()
     configs, local, external, generate = [CONFIG], [i], [j], [g]
@@ -122,6 +127,11 @@ def run_one(job: dict) -> dict:
                tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
                cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1))
     return out
+
+
+def label(pairing: str, arm: str, teacher_rounds: int) -> str:
+    """The pairing's name, with `@rounds` for a teacher trained another number of rounds than the default."""
+    return pairing if ARMS[arm][3] != "teacher" or teacher_rounds == TEACHER_ROUNDS else f"{pairing}@{teacher_rounds}"
 
 
 def _m(xs):
@@ -174,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(8)))
     ap.add_argument("--rounds", type=int, default=40, help="student rounds")
-    ap.add_argument("--teacher-rounds", type=int, default=200)
+    ap.add_argument("--teacher-rounds", type=int, default=TEACHER_ROUNDS,
+                    help="rounds the teacher trains alone (another value: pairing NAME@ROUNDS in the tables)")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
     ap.add_argument("--report", action="store_true", help="only summarise bench/results/teacher.jsonl")
     args = ap.parse_args(argv)
@@ -185,8 +196,10 @@ def main(argv: list[str] | None = None) -> None:
         teachers = {spec: str(teacher_dir(spec, args.teacher_rounds))
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
         have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
-        jobs = [{"pairing": p, "arm": a, "seed": s, "rounds": args.rounds, "teacher_dir": teachers[PAIRINGS[p][1]]}
-                for s in args.seeds for p in args.pairings for a in args.arms if (p, a, s, args.rounds) not in have]
+        jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
+                 "teacher_dir": teachers[PAIRINGS[p][1]]}
+                for s in args.seeds for p in args.pairings for a in args.arms
+                if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
         started, total = time.perf_counter(), len(jobs)
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, sink_path.open("a") as sink:
@@ -199,7 +212,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"[{k}/{total}] {r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f} "
                       f"(peer groups {r['external_groups']}, ext w {r['ext_w']}) — {elapsed:.0f} s, "
                       f"ETA {elapsed / k * (total - k):.0f} s", flush=True)
-    runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"] in args.pairings]
+    runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"].partition("@")[0] in args.pairings]
+    for r in [r for r in runs if "@" in r["pairing"]]:  # a teacher of other rounds: against the same D, P and A
+        runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]
+                 and x["arm"] in ("D", "P", "A") and x["seed"] == r["seed"]]
     rows, diffs = summarise(runs)
     print(table(rows, list(rows[0])) if rows else "no runs")
     print(table(diffs, list(diffs[0])) if diffs else "")
