@@ -256,6 +256,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # under nohup … & SIGINT is ignored: both stop the soak in order
+        signal.signal(sig, signal.default_int_handler)
     os.sched_setaffinity(0, {0})  # this process and everything it starts: core 0 only
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)

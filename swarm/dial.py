@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from hivemind.p2p import PeerID
+from hivemind.p2p.p2p_daemon_bindings.utils import raise_if_failed, read_pbmsg_safe, write_pbmsg
+from hivemind.proto import p2pd_pb2 as p2pd_pb
 from hivemind.utils.multiaddr import Multiaddr
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,26 @@ def _short(exc: BaseException) -> str:
     return (text or type(exc).__name__)[:160]
 
 
+async def _control(client, request, keep: bool = False) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """One request on a new connection to p2pd's control socket; the connection is closed unless the request
+    succeeded and `keep` (a stream open: the connection is the stream). hivemind's own `stream_open` and
+    `connect` leave it open when the request fails or is cancelled (a dial that fails or times out): the
+    StreamWriter, collected later by whatever thread runs the GC, then printed "Exception ignored in
+    StreamWriter.__del__" with a traceback into the node's log."""
+    reader, writer = await client.daemon_connector.open_connection()
+    try:
+        await write_pbmsg(writer, request)
+        response = p2pd_pb.Response()
+        await read_pbmsg_safe(reader, response)
+        raise_if_failed(response)
+    except BaseException:
+        writer.close()
+        raise
+    if not keep:
+        writer.close()
+    return reader, writer
+
+
 async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = ()
                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """(reader, writer) of a new `protocol` stream to `peer`; Unreachable when it cannot be reached.
@@ -40,7 +62,8 @@ async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = ()
     if addrs:
         try:
             # p2pd's control `connect`: dials these addresses (and adds them to its peerstore for a while)
-            await p2p._client.connect(pid, [Multiaddr(a) for a in addrs])
+            await _control(p2p._client.control, p2pd_pb.Request(type=p2pd_pb.Request.CONNECT, connect=p2pd_pb.ConnectRequest(
+                peer=pid.to_bytes(), addrs=[Multiaddr(a).to_bytes() for a in addrs])))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # ControlFailure (refused, wrong peer at that address), a malformed address
@@ -48,7 +71,9 @@ async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = ()
             log.info("connecting to %s at %s failed: %s; trying libp2p's routing", peer[:12], " ".join(addrs),
                      connect_error)
     try:
-        _, reader, writer = await p2p.call_binary_stream_handler(pid, protocol)
+        reader, writer = await _control(p2p._client.control, p2pd_pb.Request(
+            type=p2pd_pb.Request.STREAM_OPEN, streamOpen=p2pd_pb.StreamOpenRequest(peer=pid.to_bytes(), proto=[protocol])),
+            keep=True)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
