@@ -281,12 +281,17 @@ def main(argv: list[str] | None = None) -> None:
     peer_args = ["--initial-peer", maddr, "--swarm-id", SWARM_ID]
     print(f"soak: bootstrap {maddr}; {args.nodes} lab nodes starting on core 0 (out {out})", flush=True)
     t_up = time.monotonic()
-    while not all(metrics_rows(out / n) for n in names[:-1]):
-        if (dead := [n for n in names[:-1] if not roles[n].alive()]):
-            raise SystemExit(f"soak: {dead} exited during start-up; see {out}")
-        if time.monotonic() - t_up > 900:
-            raise SystemExit("soak: the nodes did not finish a round in 15 min")
-        time.sleep(1)
+    try:
+        while not all(metrics_rows(out / n) for n in names[:-1]):
+            if (dead := [n for n in names[:-1] if not roles[n].alive()]):
+                raise SystemExit(f"soak: {dead} exited during start-up; see {out}")
+            if time.monotonic() - t_up > 900:
+                raise SystemExit("soak: the nodes did not finish a round in 15 min")
+            time.sleep(1)
+    except BaseException:  # stopped or failed during start-up: stop what was started
+        for role in roles.values():
+            role.end("stopped_in_startup", signal.SIGINT)
+        raise
     startup_s = time.monotonic() - t_up
     total_s, quiet_s = args.minutes * 60, args.quiet_minutes * 60
     events = schedule(quiet_s, total_s, args.kill_every_s)
