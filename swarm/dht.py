@@ -13,9 +13,12 @@ inside the DHT process (the transport's and the weight channel's polls).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import shutil
+import signal
+import time
 from collections.abc import Sequence
 
 from hivemind import DHT
@@ -24,6 +27,52 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.config import SwarmConfig
 from swarm.identity import ephemeral_identity, load_or_create_identity, peer_id_of_subkey
+
+
+class QuietOrphanDHT(DHT):
+    """hivemind's DHT process, which ends quietly once the process that started it is gone (kill -9, OOM).
+
+    hivemind's DHT child reads requests from a pipe to its parent; a parent killed outright leaves that
+    pipe broken, and the child printed the read's error into the node's log — EOFError (an uncaught
+    "Process DHT-1:" traceback) or, when the kill landed mid-request, ConnectionResetError (logged with
+    its traceback, then retried until the orphan watchdog stopped it). Here the child asks the kernel
+    for SIGTERM when its parent dies (Linux), drops hivemind's log records once it is an orphan, and
+    leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first."""
+
+    def run(self) -> None:
+        parent = os.getppid()
+
+        def orphaned(wait_s: float = 0.0) -> bool:
+            # the parent's pipes break (exit_files) a moment before the kernel reparents us (exit_notify)
+            deadline = time.monotonic() + wait_s
+            while os.getppid() == parent and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return os.getppid() != parent
+
+        def keep(record: logging.LogRecord) -> bool:
+            broken = record.exc_info is not None and isinstance(record.exc_info[1], (EOFError, OSError))
+            return not orphaned(1.0 if broken else 0.0)
+
+        _die_with_parent()
+        if orphaned():
+            os._exit(0)
+        logging.getLogger("hivemind.dht.dht").addFilter(keep)
+        try:
+            super().run()
+        except BaseException:
+            if orphaned(1.0):
+                os._exit(0)
+            raise
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM) where there is one (Linux); elsewhere the orphan watchdog stops us."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class BootstrapUnreachable(RuntimeError):
@@ -66,7 +115,7 @@ def start_swarm_dht(cfg: SwarmConfig) -> tuple[DHT, RSAPrivateKey, RSASignatureV
 
 def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidator, fresh_identity: bool) -> DHT:
     try:
-        return DHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
+        return QuietOrphanDHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
                    host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
                    identity_path=identity_path, startup_timeout=cfg.startup_timeout_s,
                    bootstrap_timeout=cfg.startup_timeout_s, record_validators=[validator],
