@@ -27,7 +27,7 @@ from protocols.keys import rollouts_key, shard_of
 from protocols.keys import window_of
 from swarm.config import SwarmConfig
 from swarm.memory import InMemoryHub, InMemoryTransport
-from swarm.polling import MAX_STRIDE, PollPlan
+from swarm.polling import PollPlan
 from swarm.standing import Standing
 from swarm.transport import Limits, make_bundle
 from tests.adversarial.hostile import honest_record
@@ -213,32 +213,53 @@ def test_sybils_cannot_starve_a_good_peer_nor_grow_the_work():
 
 
 def test_a_crowded_key_is_read_less_often_and_catch_up_windows_are_read_once_each():
-    """What the DHT process fetches and verifies per tick grows with the entries under a key, so a key that held
-    8× max_entries_per_key is read every 8th tick; the others every tick; catch-up windows once each."""
-    t0 = 1_700_000_005.0
+    """What a DHT read costs grows with the entries under a key (every one is fetched and verified), so the plan
+    reads a shard whose key held n entries about every n × 4 shards × 1.25 / 12.8 s (12.8 entries per second with
+    the default budget of 16 fetches per 10 s window); a key of one entry every tick; a new window's key of a
+    crowded shard is not read for free; catch-up windows once each."""
+    t0 = 1_700_000_000.0
     plan = PollPlan(SwarmConfig(enabled=True, max_entries_per_key=32), now=t0)
+    assert plan.entries_per_s == 12.8
     now_w = window_of(t0, 10.0)
     first = plan.keys(0, t0)
     assert {w for w, _ in first.values()} == {now_w, now_w - 1, now_w - 2, now_w - 3}  # current, previous, catch-up
-    current = sorted(k for k, (w, _) in first.items() if w == now_w)
-    plan.saw(current[0], 8 * 32)  # 256 throwaway entries under one shard's key
-    plan.saw(current[1], 20)
+    current = sorted((k for k, (w, _) in first.items() if w == now_w), key=lambda k: first[k][1])
+    plan.saw(current[0], 8 * 32)  # 256 throwaway entries under shard 0's key: read every 100 s
+    plan.saw(current[1], 20)  # every 7.8 s
+    plan.saw(current[2], 1)  # every tick
     seen = {w for w, _ in first.values()}
     reads = dict.fromkeys(current, 0)
-    for t in range(1, 17):
-        keys = plan.keys(t, t0 + 0.1)
+    for t in range(1, 20):  # ticks of 0.5 s within the same window
+        keys = plan.keys(t, t0 + 0.5 * t)
         seen |= {w for w, _ in keys.values()}
         for k in current:
             reads[k] += k in keys
-    assert reads[current[0]] == 2 and reads[current[1]] == 16 and reads[current[2]] == 16  # ticks 8 and 16
-    plan.saw(current[0], 10**6)
-    capped = 0
-    for t in range(17, 17 + 2 * MAX_STRIDE):
-        keys = plan.keys(t, t0 + 0.1)
+    assert reads[current[0]] == 0 and reads[current[1]] == 1 and reads[current[2]] == 19
+    later = t0 + 10.0  # the next window: shard 0's new key is as crowded as its last one was
+    nxt = plan.keys(20, later)
+    seen |= {w for w, _ in nxt.values()}
+    assert [s for w, s in nxt.values() if w == now_w + 1] == [2, 3]  # shard 1: its 7.8 s are not over yet
+    for t in range(21, 200):
+        keys = plan.keys(t, later + 0.5 * (t - 20))
         seen |= {w for w, _ in keys.values()}
-        capped += current[0] in keys
-    assert capped == 2  # at most every MAX_STRIDE-th tick, never less
     assert seen >= set(range(now_w - 59, now_w + 1))  # every window of max_age_s read at least once
+
+
+def test_the_entries_a_reader_downloads_per_second_do_not_grow_with_the_swarm():
+    """Every shard's key holding N / 4 entries: over three hours the entries read per second stay near
+    entries_per_s for N = 400 and N = 8,000 alike (a key of 2,000 entries is read every 13 minutes), so N
+    readers put about N × 12.8 / N reads per second on a key's holders whatever N is."""
+    t0 = 1_700_000_000.0
+    for n in (400, 8_000):
+        plan = PollPlan(SwarmConfig(enabled=True), now=t0)
+        plan.catch_up = []
+        read = 0
+        for t in range(21_600):  # 3 hours of 0.5 s ticks
+            for key in plan.keys(t, t0 + 0.5 * t):
+                plan.saw(key, n // 4)
+                read += n // 4
+        per_s = read / (0.5 * 21_600)
+        assert 0.8 * plan.entries_per_s <= per_s <= 1.3 * plan.entries_per_s, (n, per_s)
 
 
 def test_good_peers_that_fill_the_budget_leave_newcomers_a_reserve():
