@@ -5,7 +5,8 @@ fresh one to a private temp file that is deleted once p2pd has read it — and s
 `hivemind.DHT` with the signature validator of that key, so the DHT's peer id and the key that
 signs announcements are the same (swarm.identity). Hivemind traps handled: `DHT(start=True)`
 explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
-host), and a bootstrap failure turned into `BootstrapUnreachable` with one line. Client mode and
+host), a bootstrap that does not answer tried again until that timeout is spent (hivemind dials the
+initial peers only once), then turned into `BootstrapUnreachable` with one line. Client mode and
 relay options go to hivemind here (`network_options`). `read_keys` is the DHT read that runs
 inside the DHT process (the transport's and the weight channel's polls).
 """
@@ -27,6 +28,8 @@ from hivemind.utils.crypto import RSAPrivateKey
 
 from swarm.config import SwarmConfig
 from swarm.identity import ephemeral_identity, load_or_create_identity, peer_id_of_subkey
+
+log = logging.getLogger(__name__)
 
 
 class QuietOrphanDHT(DHT):
@@ -114,16 +117,36 @@ def start_swarm_dht(cfg: SwarmConfig) -> tuple[DHT, RSAPrivateKey, RSASignatureV
 
 
 def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidator, fresh_identity: bool) -> DHT:
-    try:
-        return QuietOrphanDHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
-                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
-                   identity_path=identity_path, startup_timeout=cfg.startup_timeout_s,
-                   bootstrap_timeout=cfg.startup_timeout_s, record_validators=[validator],
-                   check_if_identity_free=not fresh_identity, **network_options(cfg))
-    except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
-        if cfg.initial_peers and ("bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))):
-            raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None
-        raise
+    """Start the DHT; while none of the initial peers answers, start it again until `startup_timeout_s` is spent.
+
+    hivemind dials the initial peers once, when the DHT starts: a node started while its bootstrap is
+    down (restarting, briefly unreachable) failed at once even if the bootstrap was back a second later.
+    Here each failed bootstrap is retried after 1, 2, 4 … 8 s (a fresh p2pd each time) within the
+    startup timeout, and only then is it `BootstrapUnreachable`."""
+    deadline = time.monotonic() + cfg.startup_timeout_s
+    pause = 1.0
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return QuietOrphanDHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
+                                  host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
+                                  identity_path=identity_path, startup_timeout=max(left, 1.0),
+                                  bootstrap_timeout=max(left, 1.0), record_validators=[validator],
+                                  check_if_identity_free=not fresh_identity, **network_options(cfg))
+        except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
+            if not (cfg.initial_peers and _bootstrap_failure(exc)):
+                raise
+            wait = min(pause, deadline - time.monotonic() - 0.5)
+            if wait <= 0:
+                raise BootstrapUnreachable.for_peers(cfg.initial_peers, cfg.startup_timeout_s) from None
+            log.warning("none of the initial peers answered; trying again in %.0f s (for up to %.0f s more)",
+                        wait, deadline - time.monotonic())
+            time.sleep(wait)
+            pause = min(pause * 2, 8.0)
+
+
+def _bootstrap_failure(exc: BaseException) -> bool:
+    return "bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))
 
 
 async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False) -> dict:

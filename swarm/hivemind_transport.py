@@ -40,6 +40,7 @@ RPC message is capped at 4 MiB, so bytes move as ≤ 1 MiB frames on a raw strea
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -62,22 +63,9 @@ from swarm.identity import peer_id_of_key
 from swarm.polling import PollPlan
 from swarm.push import Pusher, receive_push
 from swarm.transport import Delivery, Inbox, make_bundle
+from swarm.transport_loop import cancel_all_but_me, quiet_late_streams
 
 log = logging.getLogger(__name__)
-
-
-def quiet_late_streams(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-    """The transport loop's exception handler: a stream that p2pd hands us for a protocol whose handler
-    shutdown has just removed makes hivemind's dispatcher raise DispatchFailure (it has closed the stream
-    already), and asyncio would print that as an "Unhandled exception in client_connected_cb" traceback
-    in the log of every peer that stops while a peer fetches from it. One debug line instead; anything
-    else goes to asyncio's default handler."""
-    from hivemind.p2p.p2p_daemon_bindings.utils import DispatchFailure
-
-    if isinstance(context.get("exception"), DispatchFailure):
-        log.debug("a stream arrived for a removed handler while shutting down: %s", context["exception"])
-        return
-    loop.default_exception_handler(context)
 
 
 ANNOUNCE_ATTEMPTS = 3  # DHT stores of one announcement, while its window is current
@@ -193,14 +181,24 @@ class HivemindTransport:
         fut = self._dht.run_coroutine(partial(DHT._get_visible_maddrs, latest=False), return_future=True)
         return [str(a) for a in await fut]
 
+    STOP_TIMEOUT_S = 10.0  # for our stop coroutine; what is still running after it is cancelled
+
     def shutdown(self) -> None:
-        """Stop polling and serving, leave the DHT, stop the p2p daemon. Idempotent."""
+        """Stop polling and serving, leave the DHT, stop the p2p daemon. Idempotent.
+
+        The loop is closed only once nothing runs on it: a stop that overran its timeout (a throttled
+        or starved process) is cancelled with every task left, and they get 5 s to finish; closing the
+        loop under pending tasks made their StreamWriters raise "Event loop is closed" when collected."""
         if self._stopped.is_set():
             return
         self.flush()  # our last bundles' announcements, bounded by dht_timeout_s
         if self._loop is not None:
+            stop = asyncio.run_coroutine_threadsafe(self._stop_async(), self._loop)
             try:
-                asyncio.run_coroutine_threadsafe(self._stop_async(), self._loop).result(10)
+                stop.result(self.STOP_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                stop.cancel()
+                log.warning("transport shutdown: stopping took over %g s; cancelling what is left", self.STOP_TIMEOUT_S)
             except Exception as exc:  # shutting down anyway; say what did not stop cleanly
                 log.warning("transport shutdown: %r", exc)
         self._stopped.set()
@@ -209,9 +207,16 @@ class HivemindTransport:
         if self._dht is not None:
             self._dht.shutdown()
         if self._loop is not None:
+            pending = 0
+            try:
+                pending = asyncio.run_coroutine_threadsafe(cancel_all_but_me(5.0), self._loop).result(10)
+            except Exception as exc:
+                log.debug("transport shutdown: cancelling the loop's tasks: %r", exc)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
-            if not self._thread.is_alive():
+            if self._thread.is_alive() or pending:
+                log.debug("transport shutdown: loop left open (%d tasks would not stop)", pending)
+            else:
                 self._loop.close()
 
     async def _stop_async(self) -> None:

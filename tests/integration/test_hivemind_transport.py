@@ -218,6 +218,48 @@ def test_unreachable_initial_peers_raise_one_line_error():
     assert time.monotonic() - start < 10.0 + 15.0
 
 
+async def _routing_table_peers(_dht, node) -> list[str]:
+    return [str(peer_id) for peer_id in node.protocol.routing_table.peer_id_to_uid]
+
+
+def test_a_node_started_while_its_bootstrap_is_down_joins_when_it_comes_back(tmp_path):
+    """hivemind dials the initial peers once; swarm.dht starts the DHT again until startup_timeout_s is spent."""
+    import socket
+    import threading
+
+    with socket.socket() as s:  # a free port for the bootstrap, which is not running yet
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key_path = tmp_path / "bootstrap.key"
+    key, _ = load_or_create_identity(str(key_path))
+    maddr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of_key(key)}"
+    code = ("from swarm.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/%d'], "
+            "announce_maddrs=[], identity_path=%r, startup_timeout_s=60, swarm_id='rlswarm')" % (port, str(key_path)))
+    procs: list[subprocess.Popen] = []
+    timer = threading.Timer(4.0, lambda: procs.append(subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parents[2])))
+    start = time.monotonic()
+    timer.start()
+    joined = None
+    try:
+        joined = HivemindTransport(cfg=_cfg([maddr]).model_copy(update={"startup_timeout_s": 60.0}))
+        assert time.monotonic() - start >= 4.0  # it did wait for the bootstrap
+        known = joined._dht.run_coroutine(_routing_table_peers)
+        assert peer_id_of_key(key) in known  # joined through the bootstrap, not alone
+    finally:
+        timer.cancel()
+        if joined is not None:
+            joined.shutdown()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def test_bootstrap_process_prints_addresses_and_stops_on_sigterm():
     code = ("from swarm.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/0'], "
             "announce_maddrs=[], identity_path=None, startup_timeout_s=60, swarm_id='rlswarm')")
