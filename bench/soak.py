@@ -16,8 +16,8 @@ node has finished a round the clock starts:
              ≈ 10× slower that takes no more of the shared core than that (nice would not do: each process
              here is its own session, and the kernel's autogroups make nice moot across sessions).
 A node, the bootstrap or the garbage sender that exits on its own is restarted 10 s later, as a
-supervisor would; the report counts it. RSS (main process + DHT child + p2pd, from /proc) is sampled
-every 5 s; round times, starts and drops come from each node's metrics.jsonl; tracebacks are counted
+supervisor would; the report counts it. RSS (main process + DHT child + p2pd, from /proc, each part and the total) is
+sampled every 5 s; round times, starts and drops come from each node's metrics.jsonl; tracebacks are counted
 in every log (the report: bench/soak_report.py).
 
     python -m bench.soak [--minutes 60] [--out runs/soak] [--nodes 4] [--seed 0]
@@ -142,9 +142,11 @@ class Throttle(threading.Thread):
             os.kill(self.role.proc.pid, signal.SIGCONT)
 
 
-def rss_tree_mb(pid: int) -> float | None:
-    """VmRSS of pid and all its descendants, in MB (None when pid is gone)."""
-    total, stack, seen = 0, [pid], set()
+def rss_tree_mb(pid: int) -> dict[str, float] | None:
+    """VmRSS of pid and all its descendants in MB, by part: "main" (pid), "p2pd", "child" (others: the DHT
+    process), "total"; None when pid is gone."""
+    parts = {"main": 0.0, "child": 0.0, "p2pd": 0.0}
+    stack, seen = [pid], set()
     while stack:
         p = stack.pop()
         if p in seen:
@@ -152,13 +154,16 @@ def rss_tree_mb(pid: int) -> float | None:
         seen.add(p)
         try:
             status = Path(f"/proc/{p}/status").read_text()
-            total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+            kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+            name = next((line.split()[1] for line in status.splitlines() if line.startswith("Name:")), "")
+            part = "main" if p == pid else ("p2pd" if name.startswith("p2pd") else "child")
+            parts[part] += kb / 1024
             for task in Path(f"/proc/{p}/task").iterdir():
                 stack += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError, ValueError):
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             if p == pid:
                 return None
-    return total / 1024
+    return {**{k: round(v, 2) for k, v in parts.items()}, "total": round(sum(parts.values()), 2)}
 
 
 def node_config(out: Path, name: str, seed: int) -> Path:
@@ -258,6 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):  # under nohup … & SIGINT is ignored: both stop the soak in order
         signal.signal(sig, signal.default_int_handler)
+    from node.models.load import fetch
+
+    model = yaml.safe_load((ROOT / "examples" / "lab-swarm.yaml").read_text())["model"]["spec"]
+    fetch(model)  # built once here (on every core, before pinning), not by each node at once on core 0
     os.sched_setaffinity(0, {0})  # this process and everything it starts: core 0 only
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
@@ -376,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
                         rss = rss_tree_mb(role.proc.pid)
                         if rss is not None:
                             rss_f.write(json.dumps({"t": round(now, 1), "name": role.name, "life": len(role.lives) - 1,
-                                                    "rss_mb": round(rss, 2)}) + "\n")
+                                                    "rss_mb": rss["total"], "parts_mb": rss}) + "\n")
                 rss_f.flush()
             if now >= next_print:
                 next_print = now + 30

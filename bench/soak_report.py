@@ -77,8 +77,12 @@ def tracebacks(out: Path, sizes_at: dict[str, int]) -> dict[str, dict]:
 def rss_lives(out: Path, t0_rel_quiet: float) -> list[dict]:
     """One row per (process, life, phase) and per whole life: the fitted slope."""
     by: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    parts: dict[tuple[str, int], dict[str, list[tuple[float, float]]]] = {}
     for r in read_jsonl(out / "rss.jsonl"):
         by.setdefault((r["name"], r["life"]), []).append((r["t"], r["rss_mb"]))
+        for part, mb in (r.get("parts_mb") or {}).items():
+            if part != "total":
+                parts.setdefault((r["name"], r["life"]), {}).setdefault(part, []).append((r["t"], mb))
     rows = []
     for (name, life), samples in sorted(by.items()):
         if name.startswith("ghost"):
@@ -92,7 +96,19 @@ def rss_lives(out: Path, t0_rel_quiet: float) -> list[dict]:
                          "rss_first_mb": sel[0][1] if sel else None, "rss_last_mb": sel[-1][1] if sel else None,
                          "rss_max_mb": max((y for _, y in sel), default=None),
                          "growth_pct_per_h": None if slope is None else round(slope, 2)})
+            if phase == "life" and (name, life) in parts:  # where the growth is: MB per hour of each part
+                rows[-1]["parts_mb_first_last_per_h"] = {
+                    part: _mb_per_h([(t, y) for t, y in ps if t - first >= WARMUP_S])
+                    for part, ps in parts[(name, life)].items()}
     return rows
+
+
+def _mb_per_h(sel: list[tuple[float, float]]) -> list | None:
+    """[first MB, last MB, fitted MB per hour] of one part's samples (None under MIN_FIT_S)."""
+    if len(sel) < 3 or sel[-1][0] - sel[0][0] < MIN_FIT_S:
+        return None
+    slope, _ = statistics.linear_regression([t for t, _ in sel], [y for _, y in sel])
+    return [sel[0][1], sel[-1][1], round(slope * 3600, 2)]
 
 
 def node_phases(rows: list[dict], t0: float, quiet_s: float, total_s: float) -> dict[str, dict]:

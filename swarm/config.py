@@ -82,7 +82,8 @@ class SwarmConfig(BaseModel):
     identity_path: str | None = Field(None, description="RSA identity file (created if missing): a stable "
                                       "peer id across restarts; None uses a fresh identity per start")
     startup_timeout_s: float = Field(60.0, gt=0, le=600,
-                                     description="p2p daemon start + DHT bootstrap; p2pd can exceed 15 s on busy hosts")
+                                     description="p2p daemon start + DHT bootstrap, initial peers retried until then; "
+                                     "p2pd can exceed 15 s on busy hosts")
     window_s: float = Field(10.0, ge=1, le=3600, description="swarm-wide: length of an announcement window "
                             "(announcements are keyed by ⌊time / window_s⌋); every peer of a swarm must agree")
     shards: int = Field(4, ge=1, le=4096, description="swarm-wide: keys one window's announcements are spread "
