@@ -80,12 +80,15 @@ def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Ra
 
 
 def worker(args) -> None:
+    from bench import dht_probe
     from swarm.config import SwarmConfig
     from swarm.hivemind_transport import HivemindTransport
 
+    dht_probe.install()  # before the first DHT: every DHT child of this worker counts what it serves
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
-                      startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify)
-    log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}}
+                      startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify,
+                      dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5)
+    log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
     started = time.monotonic()
     peers = []
     for _ in range(args.peers):
@@ -101,12 +104,18 @@ def worker(args) -> None:
         peers.append(t)
     print(json.dumps({"ready": time.monotonic() - started}), flush=True)
     t0 = float(sys.stdin.readline())
+    reads: list = []
+    for t in peers:
+        dht_probe.time_reads(t, reads)
+    served0 = [dht_probe.served(t.dht) for t in peers]
     threads = [threading.Thread(target=run_peer, args=(t, t0, args.rounds, args.period, log,
                                                        random.Random(t.peer_id))) for t in peers]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
+    log["served"] = [[a, dht_probe.served(t.dht)] for a, t in zip(served0, peers)]
+    log["reads"] = reads
     time.sleep(1.0)
     for t in peers:
         t.shutdown()
@@ -124,7 +133,7 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
-              maddr: str) -> dict:
+              maddr: str, beam: int = 0, poll_interval: float = 0.5) -> dict:
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
@@ -135,8 +144,10 @@ def run_level(total: int, *, per_process: int, rounds: int, period: float, budge
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "bench.gossip", "--worker", "--peers", str(k), "--initial-peer", maddr,
              "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
-             "--swarm-id", swarm_id, "--out", outs[-1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-    level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period}
+             "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
+             "--poll-interval", str(poll_interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
+             "dht_read_beam": beam, "poll_interval_s": poll_interval}
     load = []
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
@@ -171,7 +182,26 @@ def summarise(logs: list[dict]) -> dict:
         "fetched_pairs": len(lat),
         "skipped": sum(s for *_, s in rounds),
         "drop_reasons": dict(sum((Counter(log["drops"]) for log in logs), Counter())),
+        **dht_costs(logs),
     }
+
+
+def dht_costs(logs: list[dict]) -> dict:
+    """What the DHT polling costs (bench.dht_probe): each poll read's latency and entries, and what each
+    peer's DHT process served as a key holder, per second, over the measured rounds."""
+    reads = [r for log in logs for r in log.get("reads", [])]
+    served = [(a, b) for log in logs for a, b in log.get("served", [])]
+    if not served:
+        return {}
+    rate = [(b["find_requests"] - a["find_requests"]) / max(1e-9, b["t"] - a["t"]) for a, b in served]
+    kib_s = [(b["find_bytes"] - a["find_bytes"]) / 1024 / max(1e-9, b["t"] - a["t"]) for a, b in served]
+    return {"read_p50_s": pct([r[1] for r in reads], 0.5), "read_p95_s": pct([r[1] for r in reads], 0.95),
+            "reads_per_peer_s": len(reads) / len(served) / statistics.fmean(b["t"] - a["t"] for a, b in served),
+            "entries_per_read": statistics.fmean(r[3] for r in reads) if reads else None,
+            "finds_per_read": (statistics.fmean(rate) * len(served) / len(reads) * statistics.fmean(
+                b["t"] - a["t"] for a, b in served)) if reads else None,  # find requests one poll read costs the swarm
+            "holder_finds_per_s_mean": statistics.fmean(rate), "holder_finds_per_s_max": max(rate),
+            "holder_kib_per_s_mean": statistics.fmean(kib_s), "holder_kib_per_s_max": max(kib_s)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,8 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=int, default=4, help="fan-in: bundles per 10 s window (swarm default 16)")
     ap.add_argument("--tag", default="", help="suffix of the results file")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    for name in ("--peers", "--notify"):
+    for name in ("--peers", "--notify", "--beam"):
         ap.add_argument(name, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--poll-interval", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)
     ap.add_argument("--swarm-id", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)

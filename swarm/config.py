@@ -119,6 +119,9 @@ class SwarmConfig(BaseModel):
     dht_timeout_s: float = Field(10.0, gt=0, le=120, description="bound on one DHT get/store")
     fetch_timeout_s: float = Field(30.0, gt=0, le=600, description="bound on fetching one bundle")
     max_concurrent_fetches: int = Field(8, ge=1, le=256, description="bundle downloads in flight at once")
+    dht_read_beam: int = Field(0, ge=0, le=64, description="peers a poll read keeps in its DHT search per key "
+                               "(hivemind's beam_size); 0 = hivemind's default, its bucket size (20). Each read "
+                               "searches for the newest value, so it asks every peer in the beam")
     max_entries_per_key: int = Field(32, ge=1, le=1024, description="announcements read from one DHT key per "
                                      "poll (a random subset when a shard holds more)")
     serve_max_bytes: int = Field(256 << 20, ge=1 << 20, le=1 << 36, description="memory for our own bundles "

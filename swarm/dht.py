@@ -149,10 +149,10 @@ def _bootstrap_failure(exc: BaseException) -> bool:
     return "bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))
 
 
-async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False) -> dict:
+async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False, beam: int = 0) -> dict:
     """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each (a random
-    subset); with `counted`, each key's (entries it held, those values)."""
-    found = await node.get_many(keys, sufficient_expiration_time=float("inf"))
+    subset); with `counted`, each key's (entries it held, those values); `beam` > 0: the search's beam size."""
+    found = await node.get_many(keys, sufficient_expiration_time=float("inf"), **({"beam_size": beam} if beam else {}))
     rng = random.Random(os.urandom(8))
     out: dict = {}
     for key, item in found.items():

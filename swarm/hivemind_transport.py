@@ -380,7 +380,8 @@ class HivemindTransport:
         keys = self._plan.keys(tick, now)
         try:
             found = await asyncio.wait_for(self._dht.run_coroutine(partial(
-                read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key, counted=True), return_future=True),
+                read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key, counted=True,
+                beam=self.cfg.dht_read_beam), return_future=True),
                 self.cfg.dht_timeout_s)
         except Exception as exc:  # a DHT hiccup: the next tick retries
             log.info("DHT read of %d keys failed: %r", len(keys), exc)
