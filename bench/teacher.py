@@ -39,6 +39,17 @@ difference of held-out exact-match gains):
                                50`: stronger than the student, but nearer to it than the 200-round
                                teacher's KL(μ‖π) ≈ 0.6 nats per token), T − D > 0 excluding 0: the
                                distance between teacher and student is what keeps the rows useless
+  Ti 4 / 4, G 4    T with the student's loss F-TIS + imitation of the teacher's rows whose advantage is
+                   positive (bench/teacher_imitation.py, lam 1: those rows pushed up at weight 1,
+                   the wrong ones left to F-TIS; added after Tn showed that all of the teacher's rows
+                   at weight 1 harm, to separate its right answers from its wrong ones)
+  (Ti, fixed before its runs) Ti − D > 0 with an interval that excludes 0: the teacher teaches by
+                               imitation; Ti − T > 0 likewise: imitation adds to F-TIS (same
+                               pairing first, 8 seeds; the other pairings if time allows)
+  Pi 4 / 4, G 4    P with Ti's loss: imitation of a fresh, learning peer's better answers (added after
+                   Ti − D and Ti − T came out positive, before its runs)
+  (Pi, fixed before its runs) Ti − Pi > 0 with an interval that excludes 0: the gain comes from the
+                               teacher's strength, not from imitating any peer
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -66,8 +77,11 @@ from bench.common import RESULTS, interval, table, write_json
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
             "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
-        "Tn": (4, 4, 4, "teacher")}  # Tn: T with the student's loss NoIS (see STUDENT_LOSS)
-STUDENT_LOSS = {"Tn": "nois"}  # arms whose student trains with another loss than TASK's F-TIS
+        "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
+        "Pi": (4, 4, 4, "peer")}  # Tn, Ti: T with another student loss; Pi: P with Ti's loss
+STUDENT_LOSS = {"Tn": {"name": "nois"},  # arms whose student trains with another loss than TASK's F-TIS
+                "Ti": {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0},
+                "Pi": {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0}}
 CONFIG = "examples/lab-solo.yaml"
 TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
@@ -112,7 +126,7 @@ def run_one(job: dict) -> dict:
     started = time.perf_counter()
     configs, local, external, generate = [CONFIG], [i], [j], [g]
     over = [{**TASK, "model.spec": student,
-             **({"loss": {"name": STUDENT_LOSS[job["arm"]]}} if job["arm"] in STUDENT_LOSS else {})}]
+             **({"loss": STUDENT_LOSS[job["arm"]]} if job["arm"] in STUDENT_LOSS else {})}]
     if kind:  # the teacher (frozen) or a fresh peer of the teacher's model, generating 8 groups a round
         spec = job["teacher_dir"] if kind == "teacher" else other
         configs.append(CONFIG)
@@ -155,7 +169,7 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
                          "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
-        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T")):
+        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -170,7 +184,10 @@ def verdicts(diffs: list[dict]) -> list[str]:
     out = []
     for d in diffs:
         rule = {"T - D": "the teacher teaches", "T - P": "more than any peer",
-                "Tn - D": "the teacher teaches without importance weights"}.get(d["diff"])
+                "Tn - D": "the teacher teaches without importance weights",
+                "Ti - D": "the teacher teaches by imitation of its better answers",
+                "Ti - T": "imitation adds to F-TIS",
+                "Ti - Pi": "by the teacher's strength, not imitation of any peer"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
@@ -187,9 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--teacher-rounds", type=int, default=TEACHER_ROUNDS,
                     help="rounds the teacher trains alone (another value: pairing NAME@ROUNDS in the tables)")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
-    ap.add_argument("--report", action="store_true", help="only summarise bench/results/teacher.jsonl")
+    ap.add_argument("--report", action="store_true", help="only summarise bench/results/<name>.jsonl")
+    ap.add_argument("--name", default="teacher", help="results: bench/results/<name>.jsonl and <name>.json; a new "
+                    "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
     args = ap.parse_args(argv)
-    sink_path = RESULTS / "teacher.jsonl"
+    sink_path = RESULTS / f"{args.name}.jsonl"
     RESULTS.mkdir(parents=True, exist_ok=True)
     done = [json.loads(x) for x in sink_path.read_text().splitlines()] if sink_path.is_file() else []
     if not args.report:
@@ -221,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     print(table(diffs, list(diffs[0])) if diffs else "")
     for line in verdicts(diffs):
         print(line)
-    path = write_json("teacher", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs)})
+    path = write_json(args.name, {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs)})
     print(f"wrote {path}")
 
 
