@@ -198,8 +198,8 @@ def dht_costs(logs: list[dict]) -> dict:
     return {"read_p50_s": pct([r[1] for r in reads], 0.5), "read_p95_s": pct([r[1] for r in reads], 0.95),
             "reads_per_peer_s": len(reads) / len(served) / statistics.fmean(b["t"] - a["t"] for a, b in served),
             "entries_per_read": statistics.fmean(r[3] for r in reads) if reads else None,
-            "finds_per_read": (statistics.fmean(rate) * len(served) / len(reads) * statistics.fmean(
-                b["t"] - a["t"] for a, b in served)) if reads else None,  # find requests one poll read costs the swarm
+            "finds_per_read": (sum(b["find_requests"] - a["find_requests"] for a, b in served) / len(reads)
+                               if reads else None),  # find requests one poll read costs the swarm
             "holder_finds_per_s_mean": statistics.fmean(rate), "holder_finds_per_s_max": max(rate),
             "holder_kib_per_s_mean": statistics.fmean(kib_s), "holder_kib_per_s_max": max(kib_s)}
 

@@ -30,18 +30,23 @@ def pct(xs: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def slope_pct_per_h(samples: list[tuple[float, float]]) -> tuple[float | None, float]:
-    """(least-squares RSS growth in % per hour relative to the fitted start, span of the fit in s)."""
+def _fit(samples: list[tuple[float, float]]) -> tuple[float | None, float | None, float]:
+    """Least-squares line through (t, MB): (slope in MB/s, fitted value at the first t, span in s);
+    (None, None, span) under 3 samples or MIN_FIT_S."""
     if len(samples) < 3:
-        return None, 0.0
+        return None, None, 0.0
     ts, ys = [t for t, _ in samples], [y for _, y in samples]
     span = ts[-1] - ts[0]
     if span < MIN_FIT_S:
-        return None, span
-    mt, my = statistics.fmean(ts), statistics.fmean(ys)
-    b = sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / sum((t - mt) ** 2 for t in ts)
-    start = my + b * (ts[0] - mt)
-    return b * 3600 / start * 100, span
+        return None, None, span
+    slope, intercept = statistics.linear_regression(ts, ys)
+    return slope, intercept + slope * ts[0], span
+
+
+def slope_pct_per_h(samples: list[tuple[float, float]]) -> tuple[float | None, float]:
+    """(least-squares RSS growth in % per hour relative to the fitted start, span of the fit in s)."""
+    slope, start, span = _fit(samples)
+    return (None if slope is None else slope * 3600 / start * 100), span
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -105,10 +110,8 @@ def rss_lives(out: Path, t0_rel_quiet: float) -> list[dict]:
 
 def _mb_per_h(sel: list[tuple[float, float]]) -> list | None:
     """[first MB, last MB, fitted MB per hour] of one part's samples (None under MIN_FIT_S)."""
-    if len(sel) < 3 or sel[-1][0] - sel[0][0] < MIN_FIT_S:
-        return None
-    slope, _ = statistics.linear_regression([t for t, _ in sel], [y for _, y in sel])
-    return [sel[0][1], sel[-1][1], round(slope * 3600, 2)]
+    slope, _, _ = _fit(sel)
+    return None if slope is None else [sel[0][1], sel[-1][1], round(slope * 3600, 2)]
 
 
 def node_phases(rows: list[dict], t0: float, quiet_s: float, total_s: float) -> dict[str, dict]:

@@ -79,9 +79,9 @@ PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
         "Pi": (4, 4, 4, "peer")}  # Tn, Ti: T with another student loss; Pi: P with Ti's loss
+IMITATION = {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0}
 STUDENT_LOSS = {"Tn": {"name": "nois"},  # arms whose student trains with another loss than TASK's F-TIS
-                "Ti": {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0},
-                "Pi": {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0}}
+                "Ti": IMITATION, "Pi": IMITATION}
 CONFIG = "examples/lab-solo.yaml"
 TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
