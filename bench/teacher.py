@@ -50,6 +50,13 @@ difference of held-out exact-match gains):
                    Ti − D and Ti − T came out positive, before its runs)
   (Pi, fixed before its runs) Ti − Pi > 0 with an interval that excludes 0: the gain comes from the
                                teacher's strength, not from imitating any peer
+  Ti0 4 / 4, G 4   Ti with an untrained teacher: the teacher's model as built (the student's own
+                   starting point for `same`), frozen and sending 8 groups a round exactly as the
+                   trained teacher does (added because the fresh peer of Pi sends fewer groups than
+                   the teacher: Ti − Pi mixed the teacher's strength with the number of rows imitated)
+  (Ti0, fixed before its runs) Ti − Ti0 > 0 with an interval that excludes 0: the gain is the
+                               teacher's strength, at the same protocol and sending rate; the peer
+                               groups each arm trained on are reported beside it
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -78,10 +85,11 @@ PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab
             "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
-        "Pi": (4, 4, 4, "peer")}  # Tn, Ti: T with another student loss; Pi: P with Ti's loss
+        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy")}
+# Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy")
 IMITATION = {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0}
 STUDENT_LOSS = {"Tn": {"name": "nois"},  # arms whose student trains with another loss than TASK's F-TIS
-                "Ti": IMITATION, "Pi": IMITATION}
+                "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION}
 CONFIG = "examples/lab-solo.yaml"
 TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
@@ -127,12 +135,13 @@ def run_one(job: dict) -> dict:
     configs, local, external, generate = [CONFIG], [i], [j], [g]
     over = [{**TASK, "model.spec": student,
              **({"loss": STUDENT_LOSS[job["arm"]]} if job["arm"] in STUDENT_LOSS else {})}]
-    if kind:  # the teacher (frozen) or a fresh peer of the teacher's model, generating 8 groups a round
+    if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
         spec = job["teacher_dir"] if kind == "teacher" else other
+        frozen = kind in ("teacher", "copy")
         configs.append(CONFIG)
-        local, external, generate = local + [8 if kind == "teacher" else i], external + [0 if kind == "teacher" else j], \
-            generate + [8 if kind == "teacher" else g]
-        over.append({**TASK, "model.spec": spec, **({"train.lr": 0.0} if kind == "teacher" else {})})
+        local, external, generate = local + [8 if frozen else i], external + [0 if frozen else j], \
+            generate + [8 if frozen else g]
+        over.append({**TASK, "model.spec": spec, **({"train.lr": 0.0} if frozen else {})})
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
     out = {k: job[k] for k in ("pairing", "arm", "seed", "rounds")}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
@@ -169,7 +178,8 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
                          "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
-        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi")):
+        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
+                     ("Ti", "Ti0"), ("Ti0", "D")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -187,7 +197,8 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 "Tn - D": "the teacher teaches without importance weights",
                 "Ti - D": "the teacher teaches by imitation of its better answers",
                 "Ti - T": "imitation adds to F-TIS",
-                "Ti - Pi": "by the teacher's strength, not imitation of any peer"}.get(d["diff"])
+                "Ti - Pi": "by the teacher's strength, not imitation of any peer",
+                "Ti - Ti0": "by the teacher's strength, at the same sending rate"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
