@@ -25,6 +25,13 @@ seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules o
   sharing saves compute   C − D > 0 with an interval that excludes 0, and C − A ≥ −0.02
   SAPO at equal compute   B − A > 0 with an interval that excludes 0
 
+Imitation (`train.imitate: 1`, losses/imitation.py; rules fixed before its runs, docs/BENCHMARKS.md §13F),
+updates f-tis, f-tis+imit (peers' above-mean rows imitated) and f-tis+imitall (every above-mean row,
+own ones too), arms C and D, tag _imitation, paired by seed and arm across updates:
+  imitation makes peers' groups worth more    C[f-tis+imit] − C[f-tis] > 0, interval excluding 0
+  sharing pays under imitation, at equal loss  C[f-tis+imitall] − D[f-tis+imitall] > 0, likewise
+  a peer's answers beyond one's own            C[f-tis+imit] − D[f-tis+imitall] > 0, likewise
+
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory

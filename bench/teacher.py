@@ -40,7 +40,7 @@ difference of held-out exact-match gains):
                                teacher's KL(μ‖π) ≈ 0.6 nats per token), T − D > 0 excluding 0: the
                                distance between teacher and student is what keeps the rows useless
   Ti 4 / 4, G 4    T with the student's loss F-TIS + imitation of the teacher's rows whose advantage is
-                   positive (bench/teacher_imitation.py, lam 1: those rows pushed up at weight 1,
+                   positive (`train.imitate: 1`, losses/imitation.py; lam 1: those rows pushed up at weight 1,
                    the wrong ones left to F-TIS; added after Tn showed that all of the teacher's rows
                    at weight 1 harm, to separate its right answers from its wrong ones)
   (Ti, fixed before its runs) Ti − D > 0 with an interval that excludes 0: the teacher teaches by
@@ -57,6 +57,11 @@ difference of held-out exact-match gains):
   (Ti0, fixed before its runs) Ti − Ti0 > 0 with an interval that excludes 0: the gain is the
                                teacher's strength, at the same protocol and sending rate; the peer
                                groups each arm trained on are reported beside it
+  Di  4 / 0, G 4   D with the same imitation term on the student's own above-mean answers
+                   (`train.imitate_rows: all`; added after Ti − Ti0 came out unresolved, before its runs:
+                   is the gain the peer's answers, or the extra push on successes the term gives anyway?)
+  (Di, fixed before its runs)  Ti − Di > 0 and Ti0 − Di > 0, each with an interval that excludes 0: a
+                               peer's answers add to what imitating one's own successes gives
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -85,11 +90,13 @@ PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab
             "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
-        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy")}
-# Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy")
-IMITATION = {"name": "bench.teacher_imitation:fis_with_imitation", "lam": 1.0}
-STUDENT_LOSS = {"Tn": {"name": "nois"},  # arms whose student trains with another loss than TASK's F-TIS
-                "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION}
+        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None)}
+# Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy");
+# Di: D imitating its own above-mean answers
+IMITATION = {"train.imitate": 1.0}  # F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py)
+STUDENT_OVER = {"Tn": {"loss": {"name": "nois"}},  # arms whose student trains otherwise than TASK's F-TIS
+                "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION,
+                "Di": {**IMITATION, "train.imitate_rows": "all"}}
 CONFIG = "examples/lab-solo.yaml"
 TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
@@ -134,7 +141,7 @@ def run_one(job: dict) -> dict:
     started = time.perf_counter()
     configs, local, external, generate = [CONFIG], [i], [j], [g]
     over = [{**TASK, "model.spec": student,
-             **({"loss": STUDENT_LOSS[job["arm"]]} if job["arm"] in STUDENT_LOSS else {})}]
+             **STUDENT_OVER.get(job["arm"], {})}]
     if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
         spec = job["teacher_dir"] if kind == "teacher" else other
         frozen = kind in ("teacher", "copy")
@@ -179,7 +186,7 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
         for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
-                     ("Ti", "Ti0"), ("Ti0", "D")):
+                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -198,7 +205,9 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 "Ti - D": "the teacher teaches by imitation of its better answers",
                 "Ti - T": "imitation adds to F-TIS",
                 "Ti - Pi": "by the teacher's strength, not imitation of any peer",
-                "Ti - Ti0": "by the teacher's strength, at the same sending rate"}.get(d["diff"])
+                "Ti - Ti0": "by the teacher's strength, at the same sending rate",
+                "Ti - Di": "the teacher's answers add to imitating one's own",
+                "Ti0 - Di": "an untrained copy's answers add to imitating one's own"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from losses import build_loss_from_config
+from losses.imitation import with_imitation
 from node import checkpoint
 from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
@@ -47,7 +48,8 @@ class Node:
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
-        self.loss_fn = build_loss_from_config(cfg.loss)
+        self.loss_fn = with_imitation(build_loss_from_config(cfg.loss), cfg.train.imitate,
+                                      rows=cfg.train.imitate_rows)
         # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
         self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
         self.optimizer = build_optimizer(self.model, cfg.train)

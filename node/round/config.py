@@ -45,6 +45,14 @@ class TrainConfig(PlacementConfig):
         "tokenizations end at (chunks, when the sender sent token_bytes: each token of a chunk carries the chunk's "
         "ratio r_c; chunks-geometric: r_c^(1/n_c), lower variance but biased towards 1) or over the whole "
         "completion (sequence). docs/ARCHITECTURE.md §6.")
+    imitate: float = Field(
+        0.0, ge=0, le=100.0, description="lam: add −lam·(1/N)·Σ mean_t log π over the rows whose advantage is positive "
+        "(answers that scored above their group by this node's verifier; of peers only, or all with imitate_rows) to "
+        "the loss: imitation of a stronger peer's better answers, which importance-weighted rows alone do not "
+        "transfer (losses/imitation.py, docs/BENCHMARKS.md §12D; this project's own method). 0 = off.")
+    imitate_rows: Literal["peers", "all"] = Field(
+        "peers", description="Which above-mean rows `imitate` pushes up: peers' only, or ours too (all: the "
+        "control that tells a peer's answers from the extra push on successes itself).")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

@@ -1,0 +1,63 @@
+"""Imitation of peers' better answers, added to any loss: `train.imitate: lam`.
+
+    loss = base(inputs)  −  lam · (1/N) Σ_{i external, A_i > 0} mean_t log π_θ(y_i,t)
+
+(`train.imitate_rows: all` drops "external": the node's own above-mean rows too — the control that
+separates what a peer's answers give from what the extra push on successes gives by itself.)
+
+N is the step's row count (the divisor of the sequence mean every loss here uses), so with lam = 1
+a peer's completion that scored above its group's mean is pushed up as a policy-gradient row of
+advantage 1 would be, with no importance weight. The base loss still sees every row as before (a
+peer's rows under F-TIS keep their weight π/μ); the term is added on top, and never to the node's
+own rows or to a peer's rows whose advantage is zero or negative.
+
+Why a separate term. An unbiased importance weight makes a peer's rows estimate the receiver's own
+on-policy gradient, so even a much stronger peer's rollouts are worth about as much as the
+receiver's own samples (docs/BENCHMARKS.md §12C); taking all of them at weight 1 (NoIS) harms,
+because the peer's wrong answers are pushed the peer's way too. Imitating only the rows the
+receiver's own verifier scored above their group is what moves a student towards a stronger teacher
+of its tokenizer (§12D: +0.062 ± 0.030 held-out over the student alone, 8 seeds).
+
+This is the project's own method, not a paper's: reward-filtered imitation (rejection-sampling
+fine-tuning) of other models' samples, added to the policy-gradient loss. For a peer of another
+tokenizer the term imitates its re-tokenised text (ours); §12D found no gain across tokenizers.
+Metrics: `imitation_share_external` (`_local`), the share of peers' (own) rows the term pushed up.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from losses.base import LossInputs, LossOutputs, behaviour_view, reduce_rows
+
+
+def imitation_term(inputs: LossInputs, rows: str = "peers") -> tuple:
+    """(−(1/N) Σ_{A>0, external unless rows is "all"} mean_t log π_θ, the rows it covers as a [B] float mask)."""
+    view = behaviour_view(inputs)
+    chosen = view.advantages > 0
+    if rows == "peers":
+        chosen = chosen & inputs.is_external
+    imitate = chosen.to(view.seq_logp.dtype)
+    return reduce_rows(-view.seq_logp * imitate, view), imitate
+
+
+def with_imitation(loss_fn, lam: float, rows: str = "peers"):
+    """`loss_fn` plus `lam` × the imitation term over `rows` (peers / all; `loss_fn` itself when lam is 0)."""
+    if lam == 0:
+        return loss_fn
+    if rows not in ("peers", "all"):
+        raise ValueError(f"imitate_rows must be peers or all, not {rows!r}")
+
+    @functools.wraps(loss_fn)
+    def fn(inputs: LossInputs) -> LossOutputs:
+        out = loss_fn(inputs)
+        term, imitate = imitation_term(inputs, rows)
+        ext = inputs.is_external.to(imitate.dtype)
+        n_ext, n_own = float(ext.sum()), float((1 - ext).sum())
+        metrics = {**out.metrics, "imitation_share_external": float((imitate * ext).sum()) / n_ext if n_ext else 0.0}
+        if rows == "all":
+            metrics["imitation_share_local"] = float((imitate * (1 - ext)).sum()) / n_own if n_own else 0.0
+        return LossOutputs(out.loss + lam * term, metrics)
+
+    fn.needs_reference = getattr(loss_fn, "needs_reference", False)
+    return fn

@@ -1,0 +1,101 @@
+"""losses/imitation.py (`train.imitate`, `train.imitate_rows`): a loss plus imitation of peers' rows whose advantage is positive."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from losses import build_loss
+from losses.imitation import with_imitation
+from node.round.config import TrainConfig
+from node.round.scoring import score_rows
+from node.round.train import build_rows, train_step
+from tests.unit.test_losses_values import LOGP, MASK, make_inputs
+from tests.unit.test_node_train import _generate, _groups, _prompt
+
+BEH = [[-1.2, -2.0, -0.9], [-0.5, -1.0, 0.0]]
+
+
+def _inputs(adv, external):
+    return make_inputs(LOGP, BEH, MASK, adv, group_ids=[0, 1], external=external)
+
+
+def test_without_an_external_row_with_positive_advantage_it_is_the_base_loss():
+    fn = with_imitation(build_loss("f-tis"), 1.0)
+    for adv, ext in (([1.0, -0.5], [False, True]), ([1.0, 0.5], [False, False])):
+        assert_close(fn(_inputs(adv, ext)).loss, build_loss("f-tis")(_inputs(adv, ext)).loss)
+
+
+def test_an_external_row_with_positive_advantage_is_pushed_up_by_its_mean_log_prob():
+    inputs = _inputs([-0.5, 1.0], [False, True])
+    base = build_loss("f-tis")(_inputs([-0.5, 1.0], [False, True])).loss
+    out = with_imitation(build_loss("f-tis"), 0.5)(inputs)
+    seq_mean_row1 = (LOGP[1][0] + LOGP[1][1]) / 2  # row 1's two completion tokens
+    assert_close(out.loss, base - 0.5 * seq_mean_row1 / 2)  # divided by the step's 2 rows
+    out.loss.backward()
+    plain = _inputs([-0.5, 1.0], [False, True])
+    build_loss("f-tis")(plain).loss.backward()
+    extra = inputs.logp.grad - plain.logp.grad  # the imitation term's gradient: −0.5 / (2 rows · 2 tokens)
+    assert_close(extra, torch.tensor([[0.0, 0.0, 0.0], [-0.125, -0.125, 0.0]]))
+    assert out.metrics["imitation_share_external"] == 1.0  # the one peer row is imitated
+
+
+def test_all_rows_imitates_our_own_better_answers_too():
+    inputs = _inputs([1.0, -0.5], [False, True])  # our row 0 scored above its group, the peer's row did not
+    base = build_loss("f-tis")(_inputs([1.0, -0.5], [False, True])).loss
+    assert_close(with_imitation(build_loss("f-tis"), 1.0)(inputs).loss, base)  # peers only: nothing to imitate
+    out = with_imitation(build_loss("f-tis"), 1.0, rows="all")(_inputs([1.0, -0.5], [False, True]))
+    assert_close(out.loss, base - (LOGP[0][0] + LOGP[0][1] + LOGP[0][2]) / 3 / 2)
+    assert out.metrics["imitation_share_local"] == 1.0 and out.metrics["imitation_share_external"] == 0.0
+    with pytest.raises(ValueError):
+        with_imitation(build_loss("f-tis"), 1.0, rows="mine")
+
+
+def test_off_is_the_loss_itself_and_a_reference_need_is_kept():
+    base = build_loss("f-tis")
+    assert with_imitation(base, 0.0) is base
+    assert with_imitation(build_loss("grpo", beta=0.1), 1.0).needs_reference
+    assert not with_imitation(base, 1.0).needs_reference
+
+
+def test_a_negative_or_huge_weight_is_refused():
+    with pytest.raises(ValueError):
+        TrainConfig(imitate=-1.0)
+    with pytest.raises(ValueError):
+        TrainConfig(imitate=1e6)
+
+
+def _imitated_logp(lm, rows):
+    peer_pos = [r for r in rows if r.external and r.advantage > 0]
+    with torch.no_grad():
+        logp, mask = score_rows(lm.model, [r.tokens for r in peer_pos], 1.0, lm.tokenizer.pad_token_id)
+    return float(((logp * mask).sum(1) / mask.sum(1)).sum())
+
+
+@pytest.mark.parametrize("lr", [0.0, 0.05])
+def test_a_training_step_raises_the_peers_better_answers_more_with_imitation(tiny_qwen, lr):
+    """One SGD step on a peer's group and our own: the peer's above-mean answers gain more log-probability
+    with the term than without it; with the policy frozen (lr 0) neither moves."""
+    tasks, res = _generate(tiny_qwen, 1.0)
+    rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
+    first = rows[0].group_id
+    rows = [dataclasses.replace(r, external=r.group_id == first) for r in rows]
+    rises, shares = [], []
+    for lam in (0.0, 1.0):
+        lm = copy.deepcopy(tiny_qwen)
+        before = _imitated_logp(lm, rows)
+        opt = torch.optim.SGD(lm.model.parameters(), lr=lr)
+        step = train_step(lm.model, opt, rows, with_imitation(build_loss("f-tis"), lam),
+                          TrainConfig(micro_batch_rows=4, grad_clip=1e6), temperature=1.0,
+                          pad_id=lm.tokenizer.pad_token_id)
+        rises.append(_imitated_logp(lm, rows) - before)
+        shares.append(step.metrics.get("imitation_share_external"))
+    assert shares == [None, 0.5]  # rewards alternate 0/1: half of the peer's rows score above their mean
+    if lr == 0.0:
+        assert rises == [0.0, 0.0]
+    else:
+        assert rises[1] > rises[0] + 1e-3, rises
