@@ -31,6 +31,9 @@ own ones too), arms C and D, tag _imitation, paired by seed and arm across updat
   imitation makes peers' groups worth more    C[f-tis+imit] − C[f-tis] > 0, interval excluding 0
   sharing pays under imitation, at equal loss  C[f-tis+imitall] − D[f-tis+imitall] > 0, likewise
   a peer's answers beyond one's own            C[f-tis+imit] − D[f-tis+imitall] > 0, likewise
+and, added after those came out and before their runs, arms A and B (equal generation and batch):
+  SAPO's comparison under imitation            B[f-tis+imitall] − A[f-tis+imitall] > 0, likewise
+  imitation at equal generation                B[f-tis+imit] − B[f-tis] > 0, likewise
 
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and

@@ -62,6 +62,15 @@ difference of held-out exact-match gains):
                    is the gain the peer's answers, or the extra push on successes the term gives anyway?)
   (Di, fixed before its runs)  Ti − Di > 0 and Ti0 − Di > 0, each with an interval that excludes 0: a
                                peer's answers add to what imitating one's own successes gives
+Pairings with SmolLM2-135M (LoRA, examples/hetero/smollm2.yaml; 100 held-out items × 2 samples for it; the
+lab node beside it extracts leniently as SmolLM2 does and accepts its longer completions):
+  lab2smol    SmolLM2        ← lab-spell trained        (a 0.7M-parameter teacher, a 135M student that
+                                                          almost never spells a word exactly backwards)
+  smol2lab    lab-spell      ← SmolLM2 as built          (not trained here: ≈ 30 s a round; on exact match
+                                                          it is no teacher, run because both directions count)
+  (SmolLM2 pairings, fixed before their runs; arms D T Ti, 8 seeds, `--rounds 20 --name teacher_smollm2`)
+                               per direction, T − D > 0 and Ti − D > 0, each with an interval that
+                               excludes 0: the other model teaches (through F-TIS rows, by imitation)
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -87,7 +96,13 @@ from pathlib import Path
 from bench.common import RESULTS, interval, table, write_json
 
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
-            "spell2wide": ("lab-spell-wide", "lab-spell")}  # (student, teacher)
+            "spell2wide": ("lab-spell-wide", "lab-spell"),
+            "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m")}  # (student, teacher)
+# SmolLM2 runs its own config (LoRA, 4 completions a group, 32 new tokens, lenient extraction) with a smaller
+# held-out set; it is never trained as a teacher here (≈ 30 s a round): as a teacher it is the model as built
+SMOL = "smollm2-135m"
+SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "eval.samples": 2})}
+SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
         "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None)}
@@ -107,6 +122,8 @@ def teacher_dir(spec: str, rounds: int) -> Path:
     """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds (built on first use)."""
     from node.models.load import default_cache_dir
 
+    if spec == SMOL:  # as built (pretrained): 200 rounds of SmolLM2 would take ≈ 2 hours here
+        return SMOL
     root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}"
     done = root / "model"
     if (done / "config.json").is_file():
@@ -139,16 +156,22 @@ def run_one(job: dict) -> dict:
     student, other = PAIRINGS[job["pairing"].partition("@")[0]]
     i, j, g, kind = ARMS[job["arm"]]
     started = time.perf_counter()
-    configs, local, external, generate = [CONFIG], [i], [j], [g]
-    over = [{**TASK, "model.spec": student,
-             **STUDENT_OVER.get(job["arm"], {})}]
+    partner = SMOL_PARTNER if SMOL in (student, other) else {}
+
+    def node(spec: str, model: str) -> tuple[str, dict]:  # its config file, and TASK with its own adjustments
+        config, extra = SPEC_CONFIG.get(spec, (CONFIG, partner))
+        return config, {**TASK, **extra, "model.spec": model}
+
+    config, base = node(student, student)
+    configs, local, external, generate = [config], [i], [j], [g]
+    over = [{**base, **STUDENT_OVER.get(job["arm"], {})}]
     if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
-        spec = job["teacher_dir"] if kind == "teacher" else other
+        config, base = node(other, job["teacher_dir"] if kind == "teacher" else other)
         frozen = kind in ("teacher", "copy")
-        configs.append(CONFIG)
+        configs.append(config)
         local, external, generate = local + [8 if frozen else i], external + [0 if frozen else j], \
             generate + [8 if frozen else g]
-        over.append({**TASK, "model.spec": spec, **({"train.lr": 0.0} if frozen else {})})
+        over.append({**base, **({"train.lr": 0.0} if frozen else {})})
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
     out = {k: job[k] for k in ("pairing", "arm", "seed", "rounds")}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],

@@ -99,3 +99,28 @@ def test_a_training_step_raises_the_peers_better_answers_more_with_imitation(tin
         assert rises == [0.0, 0.0]
     else:
         assert rises[1] > rises[0] + 1e-3, rises
+
+
+def test_micro_batching_gives_the_full_batch_gradient_and_share(tiny_qwen):
+    """The term divides by the step's totals like every loss, so splitting the step changes neither the
+    gradient nor the share of peers' rows imitated (one micro-batch holds them all)."""
+    tasks, res = _generate(tiny_qwen, 1.0)
+    rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
+    first = rows[0].group_id
+    rows = [dataclasses.replace(r, external=r.group_id == first) for r in rows]
+    grads, shares = [], []
+    for mb in (100, 4):
+        lm = copy.deepcopy(tiny_qwen)
+        opt = torch.optim.SGD(lm.model.parameters(), lr=0.0)
+        captured = {}
+        hook = opt.register_step_pre_hook(
+            lambda o, a, k: captured.update({i: p.grad.clone() for i, p in enumerate(lm.model.parameters())}))
+        step = train_step(lm.model, opt, rows, with_imitation(build_loss("f-tis"), 1.0, rows="all"),
+                          TrainConfig(micro_batch_rows=mb, grad_clip=1e6), temperature=1.0,
+                          pad_id=lm.tokenizer.pad_token_id)
+        hook.remove()
+        grads.append(captured)
+        shares.append((step.metrics["imitation_share_external"], step.metrics["imitation_share_local"]))
+    for i in grads[0]:
+        assert_close(grads[0][i], grads[1][i], rtol=1e-4, atol=1e-6)
+    assert shares[0] == pytest.approx(shares[1]) and shares[0] == pytest.approx((0.5, 0.5))

@@ -60,3 +60,20 @@ def test_metrics_count_compute_and_break_held_out_accuracy_down_by_task_kind(tmp
     assert m["tokens_generated"] > 0 and m["tokens_trained"] <= m["tokens_generated"]
     assert 0 <= m["groups_informative"] <= 2 and m["groups_received_informative"] == 0
     assert m["reward_mean"] in (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # exact: rewards are 0 or 1
+
+
+def test_a_node_that_imitates_peers_reports_the_share_of_their_rows_it_pushed_up(tmp_path):
+    """`train.imitate` reaches the loss of a real round: on the rounds that trained on the peer's groups, the
+    share of the peer's rows imitated is reported (0 here: the untrained tiny model's rewards are equal within
+    a group; the term's effect on a step is tests/unit/test_imitation.py's), and a node without it reports none."""
+    hub = InMemoryHub()
+    cfgs = [_config(f"n{i}", i) for i in range(2)]
+    cfgs[0]["train"] = {"imitate": 1.0}
+    nodes = [Node(parse_config(c), tmp_path / c["name"],
+                  transport=InMemoryTransport(hub, f"peer-{i}", poll_interval_s=0.01)) for i, c in enumerate(cfgs)]
+    results = run_concurrently(nodes, 3, timeout_s=120)
+    with_peers = [m for m in results[0] if m["groups_external"] > 0]
+    assert with_peers, results[0]
+    shares = [m["imitation_share_external"] for m in with_peers]
+    assert all(0.0 <= s <= 1.0 for s in shares), shares
+    assert not any("imitation_share_external" in m for m in results[1])
