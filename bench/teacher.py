@@ -94,6 +94,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, interval, table, write_json
+from bench.learning_margin import parse_value
 
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
             "spell2wide": ("lab-spell-wide", "lab-spell"),
@@ -160,7 +161,7 @@ def run_one(job: dict) -> dict:
 
     def node(spec: str, model: str) -> tuple[str, dict]:  # its config file, and TASK with its own adjustments
         config, extra = SPEC_CONFIG.get(spec, (CONFIG, partner))
-        return config, {**TASK, **extra, "model.spec": model}
+        return config, {**TASK, **extra, **job.get("set", {}), "model.spec": model}
 
     config, base = node(student, student)
     configs, local, external, generate = [config], [i], [j], [g]
@@ -173,7 +174,7 @@ def run_one(job: dict) -> dict:
             generate + [8 if frozen else g]
         over.append({**base, **({"train.lr": 0.0} if frozen else {})})
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
-    out = {k: job[k] for k in ("pairing", "arm", "seed", "rounds")}
+    out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
                external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
                w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
@@ -247,10 +248,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--teacher-rounds", type=int, default=TEACHER_ROUNDS,
                     help="rounds the teacher trains alone (another value: pairing NAME@ROUNDS in the tables)")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every node of every run, e.g. tasks.reward=partial (SmolLM2's measurable "
+                    "regime); runs with other overrides must go to another --name")
     ap.add_argument("--report", action="store_true", help="only summarise bench/results/<name>.jsonl")
     ap.add_argument("--name", default="teacher", help="results: bench/results/<name>.jsonl and <name>.json; a new "
                     "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
     args = ap.parse_args(argv)
+    sets = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"bench.teacher: --set wants KEY=VALUE, not {item!r}")
+        sets[key] = parse_value(value)
     sink_path = RESULTS / f"{args.name}.jsonl"
     RESULTS.mkdir(parents=True, exist_ok=True)
     done = [json.loads(x) for x in sink_path.read_text().splitlines()] if sink_path.is_file() else []
@@ -259,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
         have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
         jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
-                 "teacher_dir": teachers[PAIRINGS[p][1]]}
+                 "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets}
                 for s in args.seeds for p in args.pairings for a in args.arms
                 if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
         started, total = time.perf_counter(), len(jobs)
