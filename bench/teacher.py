@@ -71,6 +71,10 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
   (SmolLM2 pairings, fixed before their runs; arms D T Ti, 8 seeds, `--rounds 20 --name teacher_smollm2`)
                                per direction, T − D > 0 and Ti − D > 0, each with an interval that
                                excludes 0: the other model teaches (through F-TIS rows, by imitation)
+  (the same under partial credit, fixed before its runs: `--set tasks.reward=partial --measure score_gain
+                               --name teacher_smollm2_partial`, lab2smol first, arms D and Ti before T)
+                               Ti − D > 0 and T − D > 0 on SmolLM2's held-out mean score, each
+                               with an interval that excludes 0
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -176,6 +180,7 @@ def run_one(job: dict) -> dict:
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
     out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
+               score_gain=run["score_after"][0] - run["score_before"][0],
                external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
                w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
                tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
@@ -193,7 +198,9 @@ def _m(xs):
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list[dict]]:
+    """Per arm and paired differences of `measure`: gain (held-out exact match) or score_gain (mean verifier score)."""
+    runs = [{**r, "gain": r[measure]} for r in runs]
     by = {(r["pairing"], r["arm"], r["seed"]): r for r in runs}
     rows, diffs = [], []
     for pairing in dict.fromkeys(r["pairing"] for r in runs):
@@ -251,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for every node of every run, e.g. tasks.reward=partial (SmolLM2's measurable "
                     "regime); runs with other overrides must go to another --name")
+    ap.add_argument("--measure", choices=["gain", "score_gain"], default="gain",
+                    help="what the tables compare: held-out exact match (gain) or mean verifier score (score_gain: "
+                    "SmolLM2 under partial credit, whose exact match stays 0)")
     ap.add_argument("--report", action="store_true", help="only summarise bench/results/<name>.jsonl")
     ap.add_argument("--name", default="teacher", help="results: bench/results/<name>.jsonl and <name>.json; a new "
                     "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
@@ -281,14 +291,14 @@ def main(argv: list[str] | None = None) -> None:
                 sink.flush()
                 done.append(r)
                 elapsed = time.perf_counter() - started
-                print(f"[{k}/{total}] {r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f} "
+                print(f"[{k}/{total}] {r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f}, score {r['score_gain']:+.3f} "
                       f"(peer groups {r['external_groups']}, ext w {r['ext_w']}) — {elapsed:.0f} s, "
                       f"ETA {elapsed / k * (total - k):.0f} s", flush=True)
     runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"].partition("@")[0] in args.pairings]
     for r in [r for r in runs if "@" in r["pairing"]]:  # a teacher of other rounds: against the same D, P and A
         runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]
                  and x["arm"] in ("D", "P", "A") and x["seed"] == r["seed"]]
-    rows, diffs = summarise(runs)
+    rows, diffs = summarise([r for r in runs if args.measure in r], args.measure)
     print(table(rows, list(rows[0])) if rows else "no runs")
     print(table(diffs, list(diffs[0])) if diffs else "")
     for line in verdicts(diffs):
