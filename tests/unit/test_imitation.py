@@ -76,14 +76,18 @@ def _imitated_logp(lm, rows):
     return float(((logp * mask).sum(1) / mask.sum(1)).sum())
 
 
+def _rows_with_one_peer_group(lm):
+    """Three sampled groups of four with alternating 0/1 rewards, the first of them a peer's."""
+    tasks, res = _generate(lm, 1.0)
+    rows = build_rows(_groups(lm, tasks, res), lm.tokenizer, _prompt(lm))
+    return [dataclasses.replace(r, external=r.group_id == rows[0].group_id) for r in rows]
+
+
 @pytest.mark.parametrize("lr", [0.0, 0.05])
 def test_a_training_step_raises_the_peers_better_answers_more_with_imitation(tiny_qwen, lr):
     """One SGD step on a peer's group and our own: the peer's above-mean answers gain more log-probability
     with the term than without it; with the policy frozen (lr 0) neither moves."""
-    tasks, res = _generate(tiny_qwen, 1.0)
-    rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
-    first = rows[0].group_id
-    rows = [dataclasses.replace(r, external=r.group_id == first) for r in rows]
+    rows = _rows_with_one_peer_group(tiny_qwen)
     rises, shares = [], []
     for lam in (0.0, 1.0):
         lm = copy.deepcopy(tiny_qwen)
@@ -104,10 +108,7 @@ def test_a_training_step_raises_the_peers_better_answers_more_with_imitation(tin
 def test_micro_batching_gives_the_full_batch_gradient_and_share(tiny_qwen):
     """The term divides by the step's totals like every loss, so splitting the step changes neither the
     gradient nor the share of peers' rows imitated (one micro-batch holds them all)."""
-    tasks, res = _generate(tiny_qwen, 1.0)
-    rows = build_rows(_groups(tiny_qwen, tasks, res), tiny_qwen.tokenizer, _prompt(tiny_qwen))
-    first = rows[0].group_id
-    rows = [dataclasses.replace(r, external=r.group_id == first) for r in rows]
+    rows = _rows_with_one_peer_group(tiny_qwen)
     grads, shares = [], []
     for mb in (100, 4):
         lm = copy.deepcopy(tiny_qwen)
