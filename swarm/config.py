@@ -106,8 +106,8 @@ class SwarmConfig(BaseModel):
                               "long, with no failure since, is in good standing: rounds wait only for such peers "
                               "and their bundles are fetched first (docs/PROTOCOL.md §7.2)")
     backoff_s: float = Field(10.0, ge=0, le=3600, description="a peer whose fetch fails or times out, or whose "
-                             "records are all dropped, is not fetched for this long, doubled for each further "
-                             "failure in a row (at most max_age_s)")
+                             "records are all dropped, is not fetched for this long, doubled each time it fails "
+                             "again after a backoff (failures during one add nothing; at most max_age_s)")
     max_peers: int = Field(4096, ge=16, le=1 << 20, description="peers tracked as seen and as judged (identities "
                            "are free: past this, those not in good standing are forgotten first)")
     start_with_peers: int = Field(0, ge=0, le=100_000, description="before its first round, wait until this many "

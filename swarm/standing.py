@@ -9,7 +9,11 @@ A peer earns standing only by delivering. Outcomes, per bundle:
 A good outcome adds 1 to the peer's score, clears its strikes and marks when; a bad one subtracts 1,
 adds a strike and backs the peer off for `backoff_s` · 2^(strikes − 1) seconds (at most
 `backoff_max_s`): its announcements are not fetched meanwhile (each counted as drop reason
-`backoff`). The score decays with a half-life of HALF_LIFE_S, so history fades both ways.
+`backoff`). A bad outcome that comes while the peer is already backed off (fetches that were in
+flight when it went down, or a burst of bad bundles) is the same failure: it adds no strike, so one
+outage costs one backoff of `backoff_s` however many fetches it broke, and only a failed probation
+doubles it (before, a node killed with three fetches in flight was ignored for 40 s after its restart).
+The score decays with a half-life of HALF_LIFE_S, so history fades both ways.
 
 States (metrics `peers_good`, `peers_new`, `peers_backoff`):
   good     its last outcome was good and came within `good_for_s`: the only peers a round waits for
@@ -60,10 +64,12 @@ class Standing:
 
     def bad(self, peer: str, now: float, cause: str) -> None:
         e = self._entry(peer, now)
+        e.cause = cause
+        if now < e.until:  # already backed off: the same failure, no further strike (module docstring)
+            return
         e.score -= 1.0
         e.strikes += 1
         e.until = now + min(self.backoff_max_s, self.backoff_s * 2.0 ** min(e.strikes - 1, 30))
-        e.cause = cause
 
     # -- questions -----------------------------------------------------------------------------
     def state(self, peer: str, now: float) -> str:

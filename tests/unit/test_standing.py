@@ -148,10 +148,16 @@ def test_standing_backs_off_doubling_and_good_clears_it():
     assert s.state("p", 209) == "backoff" and s.state("p", 211) == "new"  # on probation, not waited for
     s.bad("p", 211, "fetch_timeout")
     assert s.state("p", 230) == "backoff" and s.state("p", 232) == "new"  # 20 s the second time in a row
-    for t in range(5):
+    for t in range(5):  # a burst (fetches in flight when it went down): one failure, no further strike
         s.bad("p", 300 + t, "fetch_failed")
-    assert s.state("p", 304 + 599) == "backoff" and s.state("p", 304 + 601) == "new"  # capped at max_age_s
-    assert s.backed_off(304) == {"p": "fetch_failed"}
+    assert s.state("p", 339) == "backoff" and s.state("p", 341) == "new"  # 40 s: the third in a row
+    t = 341.0
+    for _ in range(6):  # each failed probation doubles it, capped at max_age_s
+        s.bad("p", t, "fetch_failed")
+        t = next(u for u in range(int(t), int(t) + 700) if s.state("p", u) == "new")
+    s.bad("p", t, "fetch_timeout")
+    assert s.state("p", t + 599) == "backoff" and s.state("p", t + 601) == "new"
+    assert s.backed_off(t) == {"p": "fetch_timeout"}
     s.good("p", 1000)
     assert s.state("p", 1000) == "good"
     assert s.score("p", 1000 + 600) == pytest.approx(s.score("p", 1000) / 2)  # the score halves in 600 s
