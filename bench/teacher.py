@@ -77,9 +77,9 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                with an interval that excludes 0
   (smol2lab under partial credit, fixed before its runs: same flags, arms D and Ti, 8 seeds)
                                Ti − D > 0 on the lab student's held-out mean score, with an interval
-                               that excludes 0: SmolLM2's answers, which score ≈ 0.05–0.08 where the
-                               lab student starts near 0.3, teach it anyway; Ti − D < 0 excluding 0:
-                               imitating a weaker model's better-than-its-mean answers harms
+                               that excludes 0: SmolLM2's better answers teach the lab student (its
+                               mean score is ≈ 0.05–0.08, §12B: a weaker model on this task);
+                               Ti − D < 0 excluding 0: imitating them harms
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
