@@ -80,6 +80,13 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                that excludes 0: SmolLM2's better answers teach the lab student (its
                                mean score is ≈ 0.05–0.08, §12B: a weaker model on this task);
                                Ti − D < 0 excluding 0: imitating them harms
+  Tio 4 / 4, G 4   Ti with `train.imitate_bar: own`: a peer's answer is imitated only if it also beats the
+                   mean reward of the student's own rows in the step (added after the first smol2lab Ti runs
+                   lost 0.10–0.21 of the lab student's held-out score, before its runs)
+  (Tio on smol2lab, partial credit, fixed before its runs: 8 seeds)
+                               Tio − Ti > 0 with an interval that excludes 0: the own bar keeps a
+                               weaker model's answers from harming; Tio − D reported beside it (an
+                               interval below 0 would mean harm remains)
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -115,13 +122,15 @@ SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "
 SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
-        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None)}
+        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None), "Tio": (4, 4, 4, "teacher")}
 # Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy");
-# Di: D imitating its own above-mean answers
-IMITATION = {"train.imitate": 1.0}  # F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py)
+# Di: D imitating its own above-mean answers; Tio: Ti with the own bar (train.imitate_bar: own, the node's default)
+# F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py), with the group bar these arms were run with
+IMITATION = {"train.imitate": 1.0, "train.imitate_bar": "group"}
 STUDENT_OVER = {"Tn": {"loss": {"name": "nois"}},  # arms whose student trains otherwise than TASK's F-TIS
                 "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION,
-                "Di": {**IMITATION, "train.imitate_rows": "all"}}
+                "Di": {**IMITATION, "train.imitate_rows": "all"},
+                "Tio": {**IMITATION, "train.imitate_bar": "own"}}
 CONFIG = "examples/lab-solo.yaml"
 TEACHER_ROUNDS = 200
 TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
@@ -222,7 +231,7 @@ def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
         for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
-                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di")):
+                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -243,7 +252,9 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 "Ti - Pi": "by the teacher's strength, not imitation of any peer",
                 "Ti - Ti0": "by the teacher's strength, at the same sending rate",
                 "Ti - Di": "the teacher's answers add to imitating one's own",
-                "Ti0 - Di": "an untrained copy's answers add to imitating one's own"}.get(d["diff"])
+                "Ti0 - Di": "an untrained copy's answers add to imitating one's own",
+                "Tio - Ti": "the own bar does better than the group bar",
+                "Tio - D": "the teacher teaches by imitation under the own bar"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "

@@ -96,6 +96,7 @@ class LossInputs:
     beh_chunks: Tensor | None = None  # [B, T] long: chunk of each token on unaligned rows with an alignment, else −1
     logp_beh_chunks: Tensor | None = None  # [B, T] log μ of chunk k at index k (rows with beh_chunks ≥ 0)
     chunk_spread: bool = False  # chunk rows: r_c^(1/n_c) per token (geometric spread) instead of r_c (module docstring)
+    imitable: Tensor | None = None  # [B] bool: rows train.imitate may push up (losses/imitation.py); None: all
 
 
 @dataclass

@@ -4,6 +4,10 @@
 
 (`train.imitate_rows: all` drops "external": the node's own above-mean rows too — the control that
 separates what a peer's answers give from what the extra push on successes gives by itself.)
+Rows the round marks not `imitable` are left out too: with `train.imitate_bar: own` (the default)
+an answer must also score above the mean reward of the node's own rows in the step
+(node.round.steps.imitate_bar), so a weaker peer's best answers, above their group but below what the
+node writes, are not imitated (under partial credit they harmed: docs/BENCHMARKS.md §12D).
 
 N is the step's row count (the divisor of the sequence mean every loss here uses), so with lam = 1
 a peer's completion that scored above its group's mean is pushed up as a policy-gradient row of
@@ -35,6 +39,8 @@ def imitation_term(inputs: LossInputs, rows: str = "peers") -> tuple:
     """(−(1/N) Σ_{A>0, external unless rows is "all"} mean_t log π_θ, the rows it covers as a [B] float mask)."""
     view = behaviour_view(inputs)
     chosen = view.advantages > 0
+    if inputs.imitable is not None:
+        chosen = chosen & inputs.imitable.to(chosen.device)
     if rows == "peers":
         chosen = chosen & inputs.is_external
     imitate = chosen.to(view.seq_logp.dtype)

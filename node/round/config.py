@@ -53,6 +53,11 @@ class TrainConfig(PlacementConfig):
     imitate_rows: Literal["peers", "all"] = Field(
         "peers", description="Which above-mean rows `imitate` pushes up: peers' only, or ours too (all: the "
         "control that tells a peer's answers from the extra push on successes itself).")
+    imitate_bar: Literal["group", "own"] = Field(
+        "own", description="What an answer must beat to be imitated: its group's mean (group), or that and the mean "
+        "reward of this node's own rows in the step (own: a weaker peer's best answers, still worse than what this "
+        "node writes, are not imitated; under a binary reward the two choose the same rows unless every own row "
+        "of the step is correct). docs/BENCHMARKS.md §12D.")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

@@ -11,6 +11,7 @@ Each step takes the node and returns a typed value; none of them decides what ki
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -138,10 +139,18 @@ def verdicts(records: list, groups: list[Group]) -> dict[str, tuple[int, int]]:
     return {peer: (used[peer], n - used[peer]) for peer, n in sent.items()}
 
 
+def imitate_bar(groups: list[Group], cfg) -> float | None:
+    """train.imitate_bar `own`: the mean reward of the step's own rows, which an answer must beat to be
+    imitated (None: no bar beyond the group's mean, imitate off, or no own rows in the step)."""
+    own = [r for g in groups if not g.is_external for r in g.rewards]
+    return statistics.fmean(own) if cfg.imitate and cfg.imitate_bar == "own" and own else None
+
+
 def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:
     """Score `groups` in our tokenization, take the round's optimizer steps, sync the generator (steps 7–9)."""
     cfg = node.cfg
-    rows = build_rows(groups, node.tokenizer, node.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence")
+    rows = build_rows(groups, node.tokenizer, node.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence",
+                      imitate_bar=imitate_bar(groups, cfg.train))
     step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,
                       temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
                       regularizer=regularizer, reference=node.reference)

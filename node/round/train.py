@@ -45,6 +45,7 @@ class Row:
     truncated: bool = False  # the completion hit max_new_tokens (no EOS sampled)
     chunks: list[int] | None = None  # unaligned rows: chunk index of each of our tokens (node/round/align.py)
     chunk_logp: list[float] | None = None  # unaligned rows: the sender's log μ of each chunk
+    imitable: bool = True  # train.imitate may push it up if its advantage is positive (build_rows' imitate_bar)
 
 
 @dataclass
@@ -61,8 +62,11 @@ class StepResult:
         return self.steps > 0
 
 
-def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True) -> list[Row]:
+def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True,
+               imitate_bar: float | None = None) -> list[Row]:
     """Flatten groups into rows in our tokenization. `prompt_of(task) -> str` renders our prompt.
+
+    With `imitate_bar`, only rows whose reward exceeds it are `imitable` (train.imitate_bar: own).
 
     A completion from another tokenizer is re-tokenised; with `chunks` and the sender's
     token_bytes, the sender's logprobs are summed per chunk of text both tokenizations end at.
@@ -70,7 +74,7 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
     rows = []
     for gid, g in enumerate(groups):
         prompt_ids = tokenizer(prompt_of(g.task), add_special_tokens=False)["input_ids"]
-        for c, adv in zip(g.completions, g.advantages):
+        for c, adv, reward in zip(g.completions, g.advantages, g.rewards):
             alignment = None
             if g.aligned:
                 ids, beh = list(c.token_ids), list(c.logprobs)
@@ -86,7 +90,8 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
                 continue
             rows.append(Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external,
                             truncated=c.finish_reason == "length",
-                            chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None))
+                            chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None,
+                            imitable=imitate_bar is None or reward > imitate_bar))
     return rows
 
 
@@ -201,6 +206,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         beh_chunks=chunk_ids.to(dev) if any(r.chunks is not None for r in rows) else None,
         logp_beh_chunks=chunk_logp.to(dev),
         chunk_spread=chunk_spread,
+        imitable=torch.tensor([r.imitable for r in rows], device=dev),
     )
 
 

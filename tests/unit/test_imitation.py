@@ -125,3 +125,37 @@ def test_micro_batching_gives_the_full_batch_gradient_and_share(tiny_qwen):
     for i in grads[0]:
         assert_close(grads[0][i], grads[1][i], rtol=1e-4, atol=1e-6)
     assert shares[0] == pytest.approx(shares[1]) and shares[0] == pytest.approx((0.5, 0.5))
+
+
+def test_an_imitable_mask_keeps_a_positive_row_out_of_the_term():
+    """`imitable` False (below the own bar) leaves a peer's above-mean row to the base loss alone."""
+    inputs = _inputs([-0.5, 1.0], [False, True])
+    base = build_loss("f-tis")(_inputs([-0.5, 1.0], [False, True])).loss
+    barred = dataclasses.replace(inputs, imitable=torch.tensor([True, False]))
+    out = with_imitation(build_loss("f-tis"), 1.0)(barred)
+    assert_close(out.loss, base) and out.metrics["imitation_share_external"] == 0.0
+    assert with_imitation(build_loss("f-tis"), 1.0)(inputs).metrics["imitation_share_external"] == 1.0
+
+
+def test_the_own_bar_drops_a_weaker_peers_best_answers_and_keeps_a_stronger_ones(tiny_qwen):
+    """imitate_bar own: a peer's answer is imitated only if it beats its group and the mean reward of our own
+    rows in the step. Our rows score 0.5/1.0 (mean 0.75); a weak peer's 0.1/0.3 (its best, 0.3, is above its
+    group but below us) is barred; a strong peer's 0.5/1.0 keeps its 1.0s; with the group bar both are kept."""
+    from node.round.groups import Group, advantages
+    from node.round.steps import imitate_bar
+
+    tasks, res = _generate(tiny_qwen, 1.0)
+    def group(i, source, lo, hi):
+        rewards = [lo if j % 2 == 0 else hi for j in range(len(res.groups[i]))]
+        return Group(tasks[i], res.groups[i], rewards, advantages(rewards), source=source)
+    groups = [group(0, "self", 0.5, 1.0), group(1, "weak", 0.1, 0.3), group(2, "strong", 0.5, 1.0)]
+    own = TrainConfig(imitate=1.0)
+    assert imitate_bar(groups, own) == pytest.approx(0.75)
+    assert imitate_bar(groups, TrainConfig(imitate=1.0, imitate_bar="group")) is None
+    assert imitate_bar(groups, TrainConfig(imitate=0.0)) is None  # imitation off: no bar
+    assert imitate_bar(groups[1:], own) is None  # no own rows in the step (a learner)
+    rows = build_rows(groups, tiny_qwen.tokenizer, _prompt(tiny_qwen), imitate_bar=imitate_bar(groups, own))
+    imitated = {(r.group_id, r.imitable and r.advantage > 0) for r in rows}
+    assert imitated == {(0, True), (0, False), (1, False), (2, True), (2, False)}
+    plain = build_rows(groups, tiny_qwen.tokenizer, _prompt(tiny_qwen))
+    assert all(r.imitable for r in plain)
