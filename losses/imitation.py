@@ -25,7 +25,8 @@ of its tokenizer (§12D: +0.062 ± 0.030 held-out over the student alone, 8 seed
 This is the project's own method, not a paper's: reward-filtered imitation (rejection-sampling
 fine-tuning) of other models' samples, added to the policy-gradient loss. For a peer of another
 tokenizer the term imitates its re-tokenised text (ours); §12D found no gain across tokenizers.
-Metrics: `imitation_share_external` (`_local`), the share of peers' (own) rows the term pushed up.
+Metrics: `imitation_share_external` (`_local`), the share of peers' (own) rows the term pushed up;
+`imitation_barred_external`, the share of peers' rows above their group that the bar kept out.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def with_imitation(loss_fn, lam: float, rows: str = "peers"):
         ext = inputs.is_external.to(imitate.dtype)
         n_ext, n_own = float(ext.sum()), float((1 - ext).sum())
         metrics = {**out.metrics, "imitation_share_external": float((imitate * ext).sum()) / n_ext if n_ext else 0.0}
+        if inputs.imitable is not None:  # peers' above-group rows the bar (train.imitate_bar: own) kept out
+            barred = (inputs.advantages > 0) & inputs.is_external & ~inputs.imitable.to(inputs.is_external.device)
+            metrics["imitation_barred_external"] = float(barred.sum()) / n_ext if n_ext else 0.0
         if rows == "all":
             metrics["imitation_share_local"] = float((imitate * (1 - ext)).sum()) / n_own if n_own else 0.0
         return LossOutputs(out.loss + lam * term, metrics)

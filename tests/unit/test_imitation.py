@@ -133,8 +133,10 @@ def test_an_imitable_mask_keeps_a_positive_row_out_of_the_term():
     base = build_loss("f-tis")(_inputs([-0.5, 1.0], [False, True])).loss
     barred = dataclasses.replace(inputs, imitable=torch.tensor([True, False]))
     out = with_imitation(build_loss("f-tis"), 1.0)(barred)
-    assert_close(out.loss, base) and out.metrics["imitation_share_external"] == 0.0
-    assert with_imitation(build_loss("f-tis"), 1.0)(inputs).metrics["imitation_share_external"] == 1.0
+    assert_close(out.loss, base)
+    assert out.metrics["imitation_share_external"] == 0.0 and out.metrics["imitation_barred_external"] == 1.0
+    kept = with_imitation(build_loss("f-tis"), 1.0)(inputs).metrics
+    assert kept["imitation_share_external"] == 1.0 and "imitation_barred_external" not in kept
 
 
 def test_the_own_bar_drops_a_weaker_peers_best_answers_and_keeps_a_stronger_ones(tiny_qwen):
