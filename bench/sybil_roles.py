@@ -133,7 +133,7 @@ _SYBILS: dict = {}  # set before the DHT process forks: it builds and stores the
 
 async def _announce_window(_dht, node, swarm_id: str, window: int, now: float, seed: int) -> int:
     """Runs inside the DHT process (hivemind's pipe breaks on messages of ~70 KB: nothing big crosses it)."""
-    from protocols.codec import encode_announcement
+    from protocols.announce import encode_announcement
     from protocols.keys import rollouts_key, shard_of
     from protocols.records import Announcement
 

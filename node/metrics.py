@@ -4,8 +4,11 @@ the trackers of `report_to` (TensorBoard, Weights & Biases: node.tracking).
 
 Each JSONL line is flushed and fsync'd as it is written, so a `kill -9` loses no finished
 round. Every start marks the first line it writes: `"start": "fresh"` or `"start": "resumed"` with
-`"start_from"` (the checkpoint); rounds re-run after a resume append new lines (the first also
-marked `"resumed": true`); readers keep the last line per round.
+`"start_from"` (the checkpoint, the first line also marked `"resumed": true`); a resume first removes
+the lines of the rounds it will run again (written after its checkpoint), so each round has one line
+(readers also keep the last line per round, as older runs may hold two). A line is at most
+MAX_LINE_BYTES, its per-peer table at most MAX_PEER_STATS peers, and the Prometheus series per peer
+at most MAX_PEER_SERIES peers (whatever identities peers make up).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 import os
 import statistics
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -29,6 +33,12 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from node.tracking import build_trackers, scalars_of
+
+MAX_PEER_STATS = 32  # peers named in one metrics line's peer_stats (the others summed under OTHER_PEERS)
+OTHER_PEERS = "(others)"
+MAX_PEER_SERIES = 64  # peers with Prometheus series of their own
+PEER_SERIES_S = 900.0  # a peer's series are removed once it was not seen for this long
+MAX_LINE_BYTES = 64 << 10  # a metrics line is never longer (bounded_line)
 
 
 @dataclass
@@ -98,6 +108,8 @@ class Prom:
             "swarm_records_dropped_total", "Records dropped", lab + ["reason"], registry=r
         )
         self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
+        self.refused = Counter("swarm_refused_total", "Streams refused, bundles declined and announced addresses not "
+                               "dialled (<handler>:<why>, served:repeat, dial:<why>)", lab + ["what"], registry=r)
         self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
         self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
         self.peers = Gauge("swarm_peers", "Peers seen, by standing (good: waited for and fetched first; new; "
@@ -122,7 +134,7 @@ class Prom:
         self.peer_used = Counter("swarm_peer_groups_used_total", "Peer's groups trained on", peer, registry=r)
         self.peer_dropped = Counter("swarm_peer_records_dropped_total", "Peer's records dropped", peer + ["reason"],
                                     registry=r)
-        self._peer_models: dict[str, str] = {}
+        self._peer_series: OrderedDict[str, tuple[float, set]] = OrderedDict()  # peer → (last seen, its label sets)
         self.peer_seen = Gauge("swarm_peer_last_seen_timestamp_seconds", "When the peer's records last arrived",
                                peer, registry=r)
         self.peer_model = Gauge("swarm_peer_info", "1 per peer, with the model its records name", peer + ["model"],
@@ -144,6 +156,8 @@ class Prom:
         self.received.labels(n).inc(m.get("groups_received", 0))
         for reason, count in m.get("drops", {}).items():
             self.dropped.labels(n, reason).inc(count)
+        for what, count in (m.get("refused") or {}).items():
+            self.refused.labels(n, what).inc(count)
         self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
         if m.get("gather_s") is not None:
             self.gather_latency.labels(n).observe(m["gather_s"])
@@ -171,16 +185,40 @@ class Prom:
         self.trained.labels(n, "peers").set(m.get("groups_external", 0))
         if m.get("groups_external") and m.get("is_weight_external") is not None:
             self.is_ext.labels(n).set(m["is_weight_external"])
+        now = m.get("time", 0.0)
         for peer, st in (m.get("peer_stats") or {}).items():
+            if peer == OTHER_PEERS:
+                continue  # the sum of the peers a metrics line leaves out (bounded_peer_stats): no series of its own
+            series = self._peer_entry(peer, now)
             self.peer_received.labels(n, peer).inc(st.get("received", 0))
             self.peer_used.labels(n, peer).inc(st.get("used", 0))
             for reason, count in st.get("dropped", {}).items():
                 self.peer_dropped.labels(n, peer, reason).inc(count)
+                series.add((self.peer_dropped, (n, peer, reason)))
             if st.get("received") or st.get("dropped"):
-                self.peer_seen.labels(n, peer).set(m.get("time", 0.0))
-            if st.get("model") and peer not in self._peer_models:  # one series per peer, whatever it sends later
-                self._peer_models[peer] = str(st["model"])[:64]
-                self.peer_model.labels(n, peer, self._peer_models[peer]).set(1)
+                self.peer_seen.labels(n, peer).set(now)
+            if st.get("model") and not any(metric is self.peer_model for metric, _ in series):
+                model = str(st["model"])[:64]  # one series per peer, whatever it sends later
+                self.peer_model.labels(n, peer, model).set(1)
+                series.add((self.peer_model, (n, peer, model)))
+
+    def _peer_entry(self, peer: str, now: float) -> set:
+        """The label sets of `peer`'s series, marked seen now; the series of peers not seen within PEER_SERIES_S, and
+        beyond MAX_PEER_SERIES those seen least recently, are removed (identities are free: /metrics stays bounded)."""
+        _, series = self._peer_series.pop(peer, (now, None))
+        if series is None:
+            series = {(metric, (self.node, peer)) for metric in
+                      (self.peer_received, self.peer_used, self.peer_seen)}
+        self._peer_series[peer] = (now, series)
+        while self._peer_series and (len(self._peer_series) > MAX_PEER_SERIES
+                                     or next(iter(self._peer_series.values()))[0] < now - PEER_SERIES_S):
+            _, (_, old) = self._peer_series.popitem(last=False)
+            for metric, labels in old:
+                try:
+                    metric.remove(*labels)
+                except KeyError:  # never set
+                    pass
+        return series
 
 
 class MetricsLog:
@@ -198,15 +236,32 @@ class MetricsLog:
             tmp.replace(out_dir / "config.json")
         self._start: dict[str, Any] = {"start": "fresh"}
 
-    def mark_resumed(self, checkpoint: str = "") -> None:
+    def mark_resumed(self, checkpoint: str = "", next_round: int | None = None) -> None:
+        """The next line starts a resumed run. Lines of rounds from `next_round` on (written after the checkpoint
+        this run resumes from, by a process killed before its next checkpoint) are removed first, and so is a
+        line cut short by the kill: those rounds are run again, and each round keeps one line."""
         self._start = {"start": "resumed", "start_from": checkpoint, "resumed": True}
+        if next_round is None or not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line)["round"] < next_round:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):  # cut short by the kill (or not a line of ours)
+                continue
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
 
     def write(self, m: dict[str, Any]) -> None:
         if self._start:
             m = {**m, **self._start}
             self._start = {}
+        m = {**m, "peer_stats": bounded_peer_stats(m.get("peer_stats"))} if m.get("peer_stats") else m
+        line = bounded_line(m)
         with open(self.path, "a") as f:
-            f.write(json.dumps(m, sort_keys=True) + "\n")
+            f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.prom.observe(m)
@@ -221,6 +276,40 @@ class MetricsLog:
         for t in self.trackers:
             t.close()
         self.trackers = []
+
+
+def bounded_peer_stats(stats: dict[str, dict]) -> dict[str, dict]:
+    """A round's per-peer tallies as a metrics line keeps them: the MAX_PEER_STATS most active peers, and the rest
+    summed under OTHER_PEERS (with "peers": how many) — peers are free identities, a line must stay bounded."""
+    if len(stats) <= MAX_PEER_STATS:
+        return stats
+
+    def activity(item) -> tuple:
+        st = item[1]
+        return (-(st.get("used") or 0), -(st.get("received") or 0), -sum((st.get("dropped") or {}).values()))
+    ranked = sorted(stats.items(), key=activity)
+    rest = ranked[MAX_PEER_STATS:]
+    dropped: dict[str, int] = {}
+    for _, st in rest:
+        for reason, n in (st.get("dropped") or {}).items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    other = {"model": "", "received": sum(st.get("received") or 0 for _, st in rest),
+             "used": sum(st.get("used") or 0 for _, st in rest), "dropped": dropped, "peers": len(rest)}
+    return {**dict(ranked[:MAX_PEER_STATS]), OTHER_PEERS: other}
+
+
+def bounded_line(m: dict[str, Any]) -> str:
+    """The JSON line of `m`, at most MAX_LINE_BYTES: a line that would be longer (a bug, or a field a peer could
+    fill) keeps its numbers and loses its per-peer table and every long string, and says so (`truncated`)."""
+    line = json.dumps(m, sort_keys=True)
+    if len(line.encode()) <= MAX_LINE_BYTES:
+        return line
+    short = {k: (v[:256] if isinstance(v, str) else v) for k, v in m.items()
+             if not isinstance(v, (dict, list)) or len(json.dumps(v)) <= 4096}
+    short["truncated"] = sorted(set(m) - set(short))
+    line = json.dumps(short, sort_keys=True)
+    return line if len(line.encode()) <= MAX_LINE_BYTES else json.dumps(
+        {k: short[k] for k in ("node", "round", "time", "truncated") if k in short}, sort_keys=True)
 
 
 def progress_line(m: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from node.heterorl.state import build_role_state
 from node.metrics import EvalResult, MetricsLog
 from node.models.device import place
 from node.models.load import load_model
+from node.round.dedup import SeenGroups
 from node.round.reference import build_reference
 from node.round.select import SapoSelector
 from node.round.train import build_optimizer
@@ -57,6 +58,9 @@ class Node:
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name
+        self.seen_groups = SeenGroups(cfg.ingest.max_age_s + cfg.ingest.max_clock_skew_s)  # node.round.dedup
+        if transport is not None:  # bundles are decoded under our own budget per completion (swarm.receive)
+            transport.limit_completions(cfg.ingest.max_completion_tokens or cfg.generation.max_new_tokens)
         self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
         self.federated = None
         if cfg.federated is not None:
@@ -160,7 +164,7 @@ class Node:
         self.generator.sync_weights(self.model, self.policy_version, force=True)  # vLLM holds a copy
         if "selector_rng" in restored.extra:
             self.selector.rng.setstate(checkpoint.from_jsonable(restored.extra["selector_rng"]))
-        self.log.mark_resumed(restored.name)
+        self.log.mark_resumed(restored.name, self.next_round)
         self.start = f"resumed from {restored.name}"
         log.warning("%s: resumed from checkpoint of round %d (policy v%d)",
                     self.cfg.name, restored.round, restored.policy_version)

@@ -13,10 +13,17 @@ announcement, and a receiver connects to them before it opens the stream.
 Only direct TCP addresses (ip4, ip6, dns, dns4, dns6) are carried; relayed and other transports are
 left to libp2p's routing. Non-loopback addresses come first, so a remote receiver tries the useful
 ones first; loopback ones are kept, they are what a receiver on the publisher's own host dials.
+
+An address is a claim: a peer may name any host and port, and every receiver that dials it sends a
+libp2p handshake there. `scope_of` sorts an address into loopback / private / public / name (a DNS
+name: its scope is unknown until resolved) / never (link-local — 169.254.169.254 is a cloud's
+metadata service —, unspecified, multicast, reserved); `dialable_scopes` says which of them a
+receiver dials, from its own addresses (swarm.dial).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 
@@ -53,3 +60,43 @@ def decode_addrs(text: object) -> str:
     if len(addrs) > MAX_ADDRS or not all(_is_dial_addr(a) for a in addrs):
         raise ValueError(f"addrs holds more than {MAX_ADDRS} addresses or one that is not /ip4|ip6|dns*/HOST/tcp/PORT")
     return " ".join(addrs)
+
+
+LOOPBACK, PRIVATE, PUBLIC, NAME, NEVER = "loopback", "private", "public", "name", "never"
+_HOST = re.compile(r"/(ip4|ip6|dns|dns4|dns6)/([^/]+)/")
+
+
+def scope_of(addr: str) -> str:
+    """The network scope of a multiaddr: LOOPBACK, PRIVATE, PUBLIC, NAME (a DNS name other than localhost) or
+    NEVER (link-local, unspecified, multicast, reserved, or not an ip/dns address at all)."""
+    m = _HOST.match(addr + "/")
+    if m is None:
+        return NEVER
+    kind, host = m.groups()
+    if kind.startswith("dns"):
+        return LOOPBACK if host.lower().rstrip(".") == "localhost" else NAME
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return NEVER
+    if ip.is_loopback:
+        return LOOPBACK
+    if ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+        return NEVER
+    if ip.is_private or ip in _SHARED:
+        return PRIVATE
+    return PUBLIC if ip.is_global else NEVER
+
+
+_SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: reachable like a private network
+
+
+def dialable_scopes(own: Iterable[str]) -> frozenset[str]:
+    """The scopes a receiver dials, given its own addresses (listen, announced, and its initial peers'): a node
+    on loopback alone dials only loopback addresses (its peers can only be on its own host); any other node
+    dials public addresses and names, and private ones only when it has a private address itself — never
+    loopback (a loopback address from a peer on another host names a service of ours), nor NEVER."""
+    scopes = {scope_of(a) for a in own} - {NEVER}
+    if not scopes or scopes == {LOOPBACK}:
+        return frozenset({LOOPBACK}) if scopes else frozenset({PUBLIC, NAME})
+    return frozenset({PUBLIC, NAME} | ({PRIVATE} if PRIVATE in scopes or NAME in scopes else set()))

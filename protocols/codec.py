@@ -1,4 +1,5 @@
-"""Encode and decode wire records: msgpack (never pickle) inside one zstd frame (docs/PROTOCOL.md).
+"""Encode and decode wire records: msgpack (never pickle) inside one zstd frame (docs/PROTOCOL.md);
+announcements are protocols.announce.
 
 A *bundle* is what one peer publishes for one round: ``zstd(msgpack({"v", "records": [...]}))``.
 Every limit of ``Caps`` is checked before the memory it guards is allocated:
@@ -20,7 +21,12 @@ Every limit of ``Caps`` is checked before the memory it guards is allocated:
   record and completion caps) and the parse stops at the bound (``too_large``);
 - tokens per bundle (``max_bundle_tokens``): packed ids and logprobs become Python tuples, so an
   8 KB bundle of 256 records × 64 completions × 1000 equal tokens decoded to 1.1 GB in 3.3 s;
-  the running total is checked before each completion's arrays are unpacked (``too_large``).
+  the running total is checked before each completion's arrays are unpacked (``too_large``);
+- the receiver's own budget (``decode_bundle(completion_tokens=…)``): a completion longer than the
+  receiver would ever train on is dropped (``completion_too_long``) before it is unpacked, not after
+  it waited, decoded, for the next round — a 6.4 KB bundle of four 2^21-token completions decoded to
+  ~144 MiB of objects that way;
+- display strings: ``model.name`` is cut to MAX_NAME_CHARS printable characters (it reaches metrics).
 
 A bundle that fails as a whole raises ``RecordError``; inside a bundle each bad record is dropped
 on its own and counted by reason, so one malformed record never costs the others.
@@ -38,11 +44,9 @@ import msgpack
 import numpy as np
 import zstandard
 
-from protocols.addrs import decode_addrs
 from protocols.records import (
     FINISH_REASONS,
     SCHEMA_VERSION,
-    Announcement,
     Completion,
     ModelInfo,
     RolloutRecord,
@@ -56,6 +60,8 @@ _MIN_STR_BYTES = 1024  # room for fingerprints, peer ids and names whatever max_
 _F16_MIN = -65504.0  # most negative finite float16
 _SHA256_HEX = frozenset("0123456789abcdef")
 _LOGPROB_SLACK = 1e-3  # f16 rounding of values near 0 may land slightly above 0
+MAX_NAME_CHARS = 64  # `model.name` is display only: a receiver keeps at most this many printable characters
+CHARS_PER_TOKEN = 128  # completion text beyond this many characters per budgeted token is not decoded (see below)
 
 
 class RecordError(ValueError):
@@ -165,6 +171,12 @@ def _get(d: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
+def display_name(name: str) -> str:
+    """A peer-supplied display string as a receiver keeps it: at most MAX_NAME_CHARS characters, every
+    non-printable one replaced by "?" (it reaches logs, metrics lines, Prometheus labels and the dashboard)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in name[:MAX_NAME_CHARS])
+
+
 def _text(d: Any, key: str, where: str, caps: Caps) -> str:
     """A free-text field, bounded in characters (msgpack bounded its bytes at 4 per character)."""
     value = _get(d, key, str, where)
@@ -174,10 +186,12 @@ def _text(d: Any, key: str, where: str, caps: Caps) -> str:
 
 
 class _TokenBudget:
-    """Tokens left for the rest of a bundle (Caps.max_bundle_tokens); spent before unpacking."""
+    """Tokens left for the rest of a bundle (Caps.max_bundle_tokens), spent before unpacking; and the
+    receiver's own budget per completion (None: only the caps), checked before anything is unpacked."""
 
-    def __init__(self, tokens: int):
+    def __init__(self, tokens: int, per_completion: int | None = None):
         self.left = tokens
+        self.per_completion = per_completion
 
     def spend(self, n: int) -> None:
         self.left -= n
@@ -211,6 +225,10 @@ def _completion_from_wire(d: Any, vocab_size: int, lp: str, caps: Caps, budget: 
         raise RecordError("schema", "completion has no tokens")
     if len(lps_raw) // lp_dtype.itemsize != n:
         raise RecordError("length_mismatch", "token ids and logprobs differ in length")
+    if budget is not None and budget.per_completion is not None and (
+            n > budget.per_completion or len(text) > budget.per_completion * CHARS_PER_TOKEN):
+        raise RecordError("completion_too_long", f"{n} tokens / {len(text)} characters over the receiver's "
+                          f"budget of {budget.per_completion} tokens")
     if budget is not None:
         budget.spend(n)
     ids = np.frombuffer(ids_raw, dtype=id_dtype)
@@ -242,7 +260,7 @@ def record_from_wire(d: Any, caps: Caps = DEFAULT_CAPS, budget: _TokenBudget | N
     if v != SCHEMA_VERSION:
         raise RecordError("version", f"schema v{v}, this node speaks v{SCHEMA_VERSION}")
     m, s, t = _get(d, "model", dict, "record"), _get(d, "sampling", dict, "record"), _get(d, "task", dict, "record")
-    model = ModelInfo(_get(m, "name", str, "model"), _get(m, "tokenizer", str, "model"),
+    model = ModelInfo(display_name(_get(m, "name", str, "model")), _get(m, "tokenizer", str, "model"),
                       _get(m, "vocab_size", int, "model"))
     if not 0 < model.vocab_size <= 1 << 24:
         raise RecordError("schema", f"vocab_size {model.vocab_size}")
@@ -360,15 +378,20 @@ def encode_bundle(records: list[RolloutRecord] | tuple[RolloutRecord, ...], *, l
                                                        for r in records]})
 
 
-def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS) -> tuple[list[RolloutRecord], Counter]:
-    """(valid records, Counter of drop reasons). Raises RecordError only if the bundle itself is bad."""
+def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS, completion_tokens: int | None = None
+                  ) -> tuple[list[RolloutRecord], Counter]:
+    """(valid records, Counter of drop reasons). Raises RecordError only if the bundle itself is bad.
+
+    `completion_tokens`: the receiver's own budget per completion; a record with a longer completion (or
+    one whose text exceeds CHARS_PER_TOKEN characters per budgeted token) is dropped as
+    `completion_too_long` before its arrays are unpacked."""
     obj = _unpack(_decompress(data, caps), caps)
     if _get(obj, "v", int, "bundle") != SCHEMA_VERSION:
         raise RecordError("version", f"bundle v{obj['v']}, this node speaks v{SCHEMA_VERSION}")
     raw = _get(obj, "records", list, "bundle")
     if len(raw) > caps.max_records:
         raise RecordError("too_many_records", f"{len(raw)} > {caps.max_records}")
-    records, drops, budget = [], Counter(), _TokenBudget(caps.max_bundle_tokens)
+    records, drops, budget = [], Counter(), _TokenBudget(caps.max_bundle_tokens, completion_tokens)
     for d in raw:
         try:
             records.append(record_from_wire(d, caps, budget))
@@ -377,44 +400,3 @@ def decode_bundle(data: bytes, caps: Caps = DEFAULT_CAPS) -> tuple[list[RolloutR
         except RecordError as exc:
             drops[exc.reason] += 1
     return records, drops
-
-
-def encode_announcement(a: Announcement) -> bytes:
-    d = asdict(a)
-    if not d["addrs"]:
-        del d["addrs"]  # no dial hint: exactly the fields of an announcement without one
-    return msgpack.packb(d, use_bin_type=True)
-
-
-def unpack_small_map(data: Any, limit: int = 1024) -> Any:
-    """Unpack an announcement-sized msgpack value (≤ limit bytes, flat: short strings, ≤ 16 keys, no arrays,
-    binaries or extensions) or raise RecordError("bad_announcement"); the caller checks the fields."""
-    if not isinstance(data, (bytes, bytearray)) or len(data) > limit:
-        raise RecordError("bad_announcement", "not bytes or larger than 1 KiB")
-    try:
-        return msgpack.unpackb(bytes(data), raw=False, max_str_len=256, max_array_len=0, max_map_len=16,
-                               max_bin_len=0, max_ext_len=0)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, TypeError) as exc:
-        raise RecordError("bad_announcement", str(exc)[:200]) from None
-
-
-def decode_announcement(data: Any) -> Announcement:
-    """Validate a DHT announcement value (≤ 1 KiB msgpack map) or raise RecordError."""
-    d = unpack_small_map(data)
-    try:
-        if isinstance(d, dict) and type(d.get("v")) is int and d["v"] != SCHEMA_VERSION:
-            raise RecordError("version", f"announcement v{d.get('v')!r}, this node speaks v{SCHEMA_VERSION}")
-        a = Announcement(peer=_get(d, "peer", str, "ann"), window=_get(d, "window", int, "ann"),
-                         count=_get(d, "count", int, "ann"), nbytes=_get(d, "nbytes", int, "ann"),
-                         sha256=_get(d, "sha256", str, "ann"), policy_version=_get(d, "policy_version", int, "ann"),
-                         created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"),
-                         addrs=decode_addrs(d.get("addrs", "")))
-    except ValueError as exc:  # RecordError (a ValueError) included
-        if isinstance(exc, RecordError) and exc.reason == "version":
-            raise
-        raise RecordError("bad_announcement", str(exc)) from None
-    if a.window < 0 or a.count < 0 or a.nbytes <= 0 or a.policy_version < 0 or not math.isfinite(a.created_at):
-        raise RecordError("bad_announcement", "window, count, size, version or time out of range")
-    if len(a.sha256) != 64 or not set(a.sha256) <= _SHA256_HEX:
-        raise RecordError("bad_announcement", "sha256 is not a hex digest")
-    return a

@@ -18,7 +18,8 @@ from typing import Any
 
 import msgpack
 
-from protocols.codec import RecordError, unpack_small_map
+from protocols.announce import unpack_small_map
+from protocols.codec import RecordError
 from protocols.records import SCHEMA_VERSION
 
 FORMATS = ("full", "lora")  # safetensors of the whole state dict | of a peft adapter's tensors

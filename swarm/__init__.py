@@ -1,8 +1,14 @@
 """The transport: the only package that imports hivemind or runs asyncio.
 
   transport           the Transport interface and the receive rules every transport shares
+  receive             those rules as pure functions: limits, vetting, opening a bundle
+  inbox               the receiver's book: candidates, fan-in with per-peer shares, standing, delivery
+  pending             decoded records waiting for the next round, bounded in bytes
   memory              an in-memory twin of the transport for unit tests
   hivemind_transport  the real one: DHT announcements + libp2p bundle streams
+  handlers            the streams it answers (bundle, notify, push, info)
+  admission           streams per peer and in all, download slots, bundles served per requester
+  dial                announced addresses: which to dial, at what rate
   wire                the bundle stream's framing (serve and fetch)
   dht                 starting this process's DHT peer under its identity
   identity            RSA identity: libp2p peer id and DHT signing key in one

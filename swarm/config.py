@@ -130,7 +130,12 @@ class SwarmConfig(BaseModel):
                                              description="quota: records one peer may deliver per window")
     max_bytes_per_peer_window: int = Field(16 << 20, ge=1024, le=1 << 30,
                                            description="quota: wire bytes one peer may deliver per window")
-    caps: CapsConfig = Field(default_factory=CapsConfig, description="decode limits for received bundles")
+    max_pending_bytes: int = Field(32 << 20, ge=1 << 20, le=1 << 36, description="peers' decoded records waiting "
+                                   "for the next round, all peers together, by their estimated size in memory (at "
+                                   "least one bundle at the decode caps); past it the peer holding the most loses its "
+                                   "oldest (counted inbox_full)")
+    caps: CapsConfig = Field(default_factory=CapsConfig, description="decode limits for received bundles (a node also "
+                             "drops, while decoding, completions longer than its own budget: completion_too_long)")
 
     @field_validator("initial_peers")
     @classmethod
@@ -167,4 +172,4 @@ class SwarmConfig(BaseModel):
                       max_bytes_per_peer_window=self.max_bytes_per_peer_window, max_age_s=self.max_age_s,
                       max_clock_skew_s=self.max_clock_skew_s, window_s=self.window_s, shards=self.shards,
                       max_fetches_per_window=self.max_fetches_per_window, good_for_s=self.good_for_s,
-                      backoff_s=self.backoff_s, max_peers=self.max_peers)
+                      backoff_s=self.backoff_s, max_peers=self.max_peers, max_pending_bytes=self.max_pending_bytes)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import shutil
@@ -24,10 +25,18 @@ from collections.abc import Sequence
 
 from hivemind import DHT
 from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
 
+from protocols.keys import rollouts_key, window_of
 from swarm.config import SwarmConfig
-from swarm.identity import ephemeral_identity, load_or_create_identity, peer_id_of_subkey
+from swarm.identity import (
+    ephemeral_identity,
+    load_or_create_identity,
+    peer_id_of_subkey,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +140,7 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
             return QuietOrphanDHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
                                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
                                   identity_path=identity_path, startup_timeout=max(left, 1.0),
-                                  bootstrap_timeout=max(left, 1.0), record_validators=[validator],
+                                  bootstrap_timeout=max(left, 1.0), record_validators=[validator, owned_entries(cfg)],
                                   check_if_identity_free=not fresh_identity, **network_options(cfg))
         except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
             if not (cfg.initial_peers and _bootstrap_failure(exc)):
@@ -143,6 +152,12 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
                         wait, deadline - time.monotonic())
             time.sleep(wait)
             pause = min(pause * 2, 8.0)
+
+
+def owned_entries(cfg: SwarmConfig) -> OwnedEntriesValidator:
+    """The validator that keeps unsigned entries out of this swarm's announcement keys."""
+    return OwnedEntriesValidator(cfg.swarm_id, window_s=cfg.window_s, shards=cfg.shards, max_age_s=cfg.max_age_s,
+                                 skew_s=cfg.max_clock_skew_s)
 
 
 def _bootstrap_failure(exc: BaseException) -> bool:
@@ -162,10 +177,49 @@ async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = F
         if not hasattr(value, "items"):  # not a dictionary of signed subkeys: unsigned, dropped as forged
             out[key] = (1, [(None, repr(value)[:64])]) if counted else [(None, repr(value)[:64])]
             continue
-        entries = list(value.items())
-        total = len(entries)
+        # unsigned entries are dropped before anything is counted or sampled: they cost no identity, and
+        # sampled first they would push the signed ones out of the read (and make the poll plan read the key
+        # less often); none is handed on, so nothing of them is counted as `forged` either
+        signed = [(peer, v) for peer, v in ((peer_id_of_subkey(sub), v) for sub, v in value.items()) if peer]
+        total = len(signed)
         if total > per_key:
-            entries = rng.sample(entries, per_key)
-        picked = [(peer_id_of_subkey(sub), getattr(v, "value", v)) for sub, v in entries]
+            signed = rng.sample(signed, per_key)
+        picked = [(peer, getattr(v, "value", v)) for peer, v in signed]
         out[key] = (total, picked) if counted else picked
     return out
+
+
+class OwnedEntriesValidator(RecordValidatorBase):
+    """Refuses, on store and on read, any entry under this swarm's announcement keys (the windows of the last
+    max_age_s, and a clock skew either way) whose subkey is not an owner marker: such entries are unsigned,
+    cost no identity, and could only crowd the signed ones out. hivemind stores records by the hash of their
+    key, so the validator keeps the hashes of the keys that can be current now (all shards), recomputed when the
+    window changes; hivemind's RSASignatureValidator checks the signatures of the owned ones. A DHT peer that
+    answers a read with an unsigned entry under such a key has its whole answer discarded by hivemind (the
+    other replicas still answer)."""
+
+    def __init__(self, swarm_id: str, *, window_s: float, shards: int, max_age_s: float, skew_s: float):
+        self.swarm_id, self.window_s, self.shards = swarm_id, window_s, shards
+        self.back = int(math.ceil((max_age_s + skew_s) / window_s)) + 1
+        self.ahead = int(math.ceil(skew_s / window_s)) + 1
+        self._window, self._ids = None, frozenset()
+
+    def _guarded(self) -> frozenset:
+        window = window_of(time.time(), self.window_s)
+        if window != self._window:
+            self._window = window
+            self._ids = frozenset(DHTID.generate(source=rollouts_key(self.swarm_id, w, s)).to_bytes()
+                                  for w in range(window - self.back, window + self.ahead + 1) for s in range(self.shards))
+        return self._ids
+
+    def validate(self, record: DHTRecord) -> bool:
+        if record.key not in self._guarded():
+            return True
+        try:  # the subkey arrives msgpack-serialised (bytes, for an owner marker)
+            subkey = MSGPackSerializer.loads(record.subkey)
+        except Exception:
+            return False
+        return peer_id_of_subkey(subkey) is not None
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        return False

@@ -1,7 +1,7 @@
 """Fetching one announced bundle over the bundle stream (docs/PROTOCOL.md §6.1), and pushing one
 announcement to a peer (§6.2, §10). What a fetch's failure is counted as: `fetch_timeout` when the whole exchange ran past its bound, `digest_mismatch` when the bytes
 are not the announced ones, `fetch_failed` for everything else (unreachable, `not_found`,
-`bad_request`, a short stream, a frame over its limit). A push is a hint whose failure costs nothing
+`bad_request`, `declined`, a short stream, a frame over its limit). A push is a hint whose failure costs nothing
 (the DHT copy is the fallback), so it is only logged. Neither raises on peer data.
 """
 
@@ -12,18 +12,20 @@ import logging
 
 from protocols.records import Announcement
 from swarm import wire
-from swarm.dial import open_stream
+from swarm.dial import DialPolicy, open_stream
 
 log = logging.getLogger(__name__)
 
 
-async def fetch_announced(p2p, ann: Announcement, *, swarm_id: str, timeout_s: float) -> tuple[bytes | None, str, str]:
-    """(bundle bytes, "", "") or (None, drop reason, what went wrong); dials the announced addresses first."""
+async def fetch_announced(p2p, ann: Announcement, *, swarm_id: str, timeout_s: float,
+                          policy: DialPolicy | None = None) -> tuple[bytes | None, str, str]:
+    """(bundle bytes, "", "") or (None, drop reason, what went wrong); dials the announced addresses first (those
+    `policy` allows)."""
     writer = None
     try:
         async def fetch() -> bytes:
             nonlocal writer
-            reader, writer = await open_stream(p2p, ann.peer, wire.HANDLER_NAME, ann.addrs.split())
+            reader, writer = await open_stream(p2p, ann.peer, wire.HANDLER_NAME, ann.addrs.split(), policy)
             return await wire.fetch_bundle(reader, writer, swarm=swarm_id, sha256=ann.sha256, nbytes=ann.nbytes)
         return await asyncio.wait_for(fetch(), timeout_s), "", ""
     except wire.FetchError as exc:

@@ -41,11 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from functools import partial
 
 from hivemind import DHT
@@ -54,14 +53,16 @@ from protocols.addrs import encode_addrs
 from protocols.keys import rollouts_key, shard_of
 from protocols.records import Announcement, RolloutRecord
 from swarm import wire
+from swarm.admission import DownloadSlots
 from swarm.config import SwarmConfig
 from swarm.dht import read_keys, start_swarm_dht
-from swarm.dial import FetchErrors, open_stream
+from swarm.dial import DialPolicy, FetchErrors, open_stream
 from swarm.expiry import Expirations
 from swarm.fetch import fetch_announced, notify
+from swarm.handlers import StreamHandlers
 from swarm.identity import peer_id_of_key
 from swarm.polling import PollPlan
-from swarm.push import Pusher, receive_push
+from swarm.push import Pusher
 from swarm.transport import Delivery, Inbox, make_bundle
 from swarm.transport_loop import cancel_all_but_me, quiet_late_streams
 
@@ -76,7 +77,7 @@ class SwarmError(RuntimeError):
     """This node's own transport failed (not a peer's fault), e.g. used after shutdown."""
 
 
-class HivemindTransport:
+class HivemindTransport(StreamHandlers):
     """Transport (swarm.transport.Transport) over a hivemind DHT and libp2p streams."""
 
     def __init__(self, *, cfg: SwarmConfig, start: bool = True):
@@ -94,6 +95,7 @@ class HivemindTransport:
         self._expirations = Expirations()  # every store of ours under a key expires later than the last one
         self.clock = time.time  # our clock for what we publish (tests skew it)
         self._stopped = threading.Event()
+        self._refused_before: Counter = Counter()  # refusals already handed out by take()
         self._dht: DHT | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -120,17 +122,16 @@ class HivemindTransport:
             raise
 
     async def _start_async(self) -> None:
-        self._wake = asyncio.Event()  # bound to this loop
-        self._fetch_slots = asyncio.Semaphore(self.cfg.max_concurrent_fetches)
-        self._stranger_slots = asyncio.Semaphore(max(1, self.cfg.max_concurrent_fetches // 2))
+        # downloads (pulls and pushes together), strangers on at most half of them (swarm.admission)
+        self._slots = DownloadSlots(self.cfg.max_concurrent_fetches, self.inbox.is_good)
         self._tasks: set[asyncio.Task] = set()
         self._p2p = await self._dht.replicate_p2p()
+        visible = [] if self.cfg.client_mode else [str(a) for a in await self._p2p.get_visible_maddrs()]
         if not self.cfg.client_mode:  # a client-mode p2pd has no address to name
-            self.addrs = encode_addrs(str(a) for a in await self._p2p.get_visible_maddrs())
-        await self._p2p.add_binary_stream_handler(wire.HANDLER_NAME, self._handle_stream)
-        await self._p2p.add_binary_stream_handler(wire.NOTIFY_NAME, self._handle_notify)
-        await self._p2p.add_binary_stream_handler(wire.PUSH_NAME, self._handle_push)
-        await self._p2p.add_binary_stream_handler(wire.INFO_NAME, self._handle_info)
+            self.addrs = encode_addrs(visible)
+        # which announced addresses we dial: those of our own network's scopes, rate-limited (swarm.dial)
+        self.dials = DialPolicy([*visible, *self.cfg.announce_maddrs, *self.cfg.initial_peers])
+        await self._add_handlers()  # swarm.handlers
         self._poller = asyncio.create_task(self._poll_forever())
 
     def _call(self, coro, timeout: float):
@@ -291,11 +292,11 @@ class HivemindTransport:
     async def _announce(self, ann: Announcement, value: bytes, push: bool = True) -> bool:
         if self.pusher is not None:  # client mode: nobody can dial us, so offer the bytes themselves
             data = self._lookup(self.cfg.swarm_id, ann.sha256)
-            peers = self.pusher.targets(self.inbox.known_peers(), time.time())
+            peers = self.pusher.targets(self.inbox.push_targets(self.cfg.push_peers), time.time())
             if data is not None and push:
-                self._spawn(self.pusher.offer_all(self._p2p, peers, value, data, self.inbox.addrs_of))
+                self._spawn(self.pusher.offer_all(self._p2p, peers, value, data, self.inbox.addrs_of, self.dials))
             return True
-        for peer in self.inbox.known_peers()[: self.cfg.notify_peers] if push else ():
+        for peer in self.inbox.push_targets(self.cfg.notify_peers) if push else ():
             self._spawn(notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
         expiration = self._expirations.next(key, ann.created_at + self.cfg.max_age_s)  # newest wins (swarm.expiry)
@@ -311,43 +312,30 @@ class HivemindTransport:
         return found[0] if found and found[1] >= time.time() - self.cfg.max_age_s else None
 
     async def open_stream(self, peer: str, protocol: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A `protocol` stream to `peer`, through the addresses of its newest announcement first (swarm.dial)."""
-        return await open_stream(self._p2p, peer, protocol, self.inbox.addrs_of(peer))
-
-    async def _handle_stream(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await wire.serve_stream(reader, writer, self._lookup, self.cfg.fetch_timeout_s, "a bundle stream")
-
-    async def _handle_notify(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            value = await asyncio.wait_for(wire.read_notification(reader), self.cfg.fetch_timeout_s)
-        except (asyncio.TimeoutError, ConnectionError, wire.FetchError) as exc:
-            self.inbox.drop("bad_announcement" if isinstance(exc, wire.FetchError) else "fetch_failed")
-            return
-        finally:
-            writer.close()
-        if self.inbox.offer(value, info.peer_id.to_base58(), now=time.time()):
-            self._wake.set()
-
-    async def _handle_push(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if await receive_push(info, reader, writer, inbox=self.inbox, swarm_id=self.cfg.swarm_id,
-                              timeout_s=self.cfg.fetch_timeout_s, slots=self._fetch_slots):
-            self._wake.set()
-
-    async def _handle_info(self, _info, _reader, writer: asyncio.StreamWriter) -> None:
-        """Our swarm id, protocol version and clock, for a peer's `swarm doctor`."""
-        try:
-            await asyncio.wait_for(wire.write_frame(writer, wire.encode_info(self.cfg.swarm_id, time.time())), 5.0)
-        except (asyncio.TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        """A `protocol` stream to `peer`, through the addresses of its newest announcement first, as far as our
+        dial policy allows (swarm.dial)."""
+        return await open_stream(self._p2p, peer, protocol, self.inbox.addrs_of(peer), self.dials)
 
     # ------------------------------------------------------------------ take (poll, choose, fetch)
 
     def take(self, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Delivery:
         if self._stopped.is_set():
             raise SwarmError("take on a transport that was shut down")
-        return self.inbox.take(min_records, timeout, self._stopped, while_earned=while_earned)
+        delivery = self.inbox.take(min_records, timeout, self._stopped, while_earned=while_earned)
+        delivery.refused = self._refused_since_last_take()
+        return delivery
+
+    def _refused_since_last_take(self) -> Counter:
+        """Streams refused, bundles declined and addresses not dialled since the previous take (Delivery.refused)."""
+        total = Counter(self.refused_streams())
+        total.update({f"dial:{k}": v for k, v in self.dials.stats.items() if k != "dialled"})
+        new = total - self._refused_before
+        self._refused_before = total
+        return new
+
+    def limit_completions(self, tokens: int) -> None:
+        """Decode peers' bundles under our own budget per completion (the node's, swarm.receive.Limits)."""
+        self.inbox.limit_completions(tokens)
 
     def peers_seen(self) -> int:
         return self.inbox.peers_seen()
@@ -369,11 +357,7 @@ class HivemindTransport:
             except Exception:  # our bug, not a peer's: keep polling, but loudly
                 log.exception("polling the swarm's announcements failed")
             tick += 1
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.cfg.poll_interval_s)
-            except asyncio.TimeoutError:
-                pass
+            await asyncio.sleep(self.cfg.poll_interval_s)
 
     async def _poll_once(self, tick: int) -> None:
         now = time.time()
@@ -392,14 +376,18 @@ class HivemindTransport:
             for signer, value in entries:
                 if signer != self.peer_id:
                     self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
-        for ann in self.inbox.choose(time.time()):
-            self._spawn(self._fetch(ann, not self.inbox.is_good(ann.peer)))
+        self._fetch_chosen()
 
-    async def _fetch(self, ann: Announcement, stranger: bool) -> None:
-        # peers not in good standing share half the download slots, so they cannot hold every one (swarm.inbox)
-        async with self._stranger_slots if stranger else contextlib.nullcontext(), self._fetch_slots:
+    def _fetch_chosen(self) -> None:
+        """Start fetching what the fan-in choice picks now (on the loop)."""
+        for ann in self.inbox.choose(time.time()):
+            self._spawn(self._fetch(ann))
+
+    async def _fetch(self, ann: Announcement) -> None:
+        # peers not in good standing share half the download slots, so they cannot hold every one (swarm.admission)
+        async with self._slots.hold(ann.peer):
             data, reason, error = await fetch_announced(self._p2p, ann, swarm_id=self.cfg.swarm_id,
-                                                        timeout_s=self.cfg.fetch_timeout_s)
+                                                        timeout_s=self.cfg.fetch_timeout_s, policy=self.dials)
         if data is None:
             self.fetch_errors.failed(ann.peer, error)
         else:

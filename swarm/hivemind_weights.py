@@ -37,7 +37,12 @@ from swarm.dht import read_keys
 from swarm.expiry import Expirations, stored_expiration
 from swarm.fetch import notify
 from swarm.hivemind_transport import HivemindTransport
-from swarm.weights import WeightBook, WeightLimits, WeightUpdate, make_weight_announcement
+from swarm.weights import (
+    WeightBook,
+    WeightLimits,
+    WeightUpdate,
+    make_weight_announcement,
+)
 
 log = logging.getLogger(__name__)
 WEIGHTS_NAME = "/rlswarm/weights/2"  # libp2p protocol id of the weight stream
@@ -65,11 +70,11 @@ class HivemindWeights:
         transport.run_on_loop(self._start(), transport.cfg.startup_timeout_s)
 
     async def _start(self) -> None:
-        await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME, self._handle)
+        await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME, self.transport.admitted(self._handle))
         self._handlers = [WEIGHTS_NAME]
         self._background = [self.transport.spawn(self._refresh_forever())]
         if self.follow:
-            await self.transport.p2p.add_binary_stream_handler(NOTIFY_NAME, self._handle_notify)
+            await self.transport.p2p.add_binary_stream_handler(NOTIFY_NAME, self.transport.admitted(self._handle_notify))
             self._handlers.append(NOTIFY_NAME)
             self._background.append(self.transport.spawn(self._poll_forever()))
 
@@ -92,7 +97,7 @@ class HivemindWeights:
     async def _store(self, value: bytes) -> bool:
         """Store `value` under our key with an expiration later than the entry the DHT holds for us (swarm.expiry:
         an announcement stored while our clock was ahead must not lock the slot), after pushing it."""
-        for peer in self.transport.inbox.known_peers()[: self.notify_peers]:
+        for peer in self.transport.inbox.push_targets(self.notify_peers):
             self.transport.spawn(notify(self.transport.open_stream, peer, NOTIFY_NAME, value,
                                         self.transport.cfg.fetch_timeout_s))
         key, subkey = weights_key(self.swarm_id, self.peer_id), self.transport.signing_subkey
@@ -118,8 +123,10 @@ class HivemindWeights:
     def _lookup(self, swarm: str, sha256: str) -> bytes | None:
         return self._served.get(sha256) if swarm == self.swarm_id else None
 
-    async def _handle(self, _info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await wire.serve_stream(reader, writer, self._lookup, self.fetch_timeout_s, "weights")
+    async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requester = info.peer_id.to_base58()
+        await wire.serve_stream(reader, writer, self._lookup, self.fetch_timeout_s, "weights",
+                                allow=lambda sha: self.transport.served_to(requester, sha))
 
     # ------------------------------------------------------------------ sampler side
 

@@ -5,10 +5,14 @@ Who is fetched first (docs/PROTOCOL.md §7.1–7.2): peers in good standing (a b
 recently and nothing failed since), fairly among them (fewest fetches within max_age_s first); then
 the others — new identities and peers on probation after a backoff — best score first, at random
 among equals. While any peer is in good standing, the others take at most half of a window's fetch
-budget (`max_fetches_per_window // 2`), so strangers, however many, cannot spend the fetches our
-known-good peers need; and at least an eighth of it (at least one) whenever they have candidates,
-so that known-good peers that fill the budget do not shut newcomers out. A backed-off peer's
-announcements are not fetched (`backoff`).
+budget, so strangers, however many, cannot spend the fetches our known-good peers need; and at
+least an eighth of it (at least one) whenever they have candidates, so that known-good peers that
+fill the budget do not shut newcomers out. No peer takes more than its share of a window
+(`_shares`): its class's budget over the peers of its class that want fetches, so one peer that
+publishes (or re-publishes others' records) many times a window cannot take the fetches the others
+need when their own bundles come. A pushed bundle is booked by the same rules (`claim`). A
+backed-off peer's announcements are not fetched (`backoff`). Decoded records wait for the node's
+next round in a book bounded in bytes (swarm.pending), decoded one bundle at a time.
 
 Bounded whatever the number of identities: at most `limits.max_peers` peers are tracked as seen and
 as judged; candidates of peers not in good standing are at most MAX_STRANGER_CANDIDATES together (a
@@ -21,26 +25,30 @@ per key) and by the budget, not by how many identities announce.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
 from protocols.codec import RecordError
 from protocols.records import Announcement, RolloutRecord
-from swarm.receive import MAX_CANDIDATES_PER_PEER, Delivery, Limits, open_bundle, vet_announcement
+from swarm.pending import Pending
+from swarm.receive import (
+    MAX_CANDIDATES_PER_PEER,
+    Delivery,
+    Limits,
+    decoded_bytes,
+    open_bundle,
+    vet_announcement,
+)
 from swarm.standing import BACKOFF, GOOD, Standing
 
 MAX_STRANGER_CANDIDATES = 64  # candidates of peers not in good standing, all together
 MAX_VETTED = 1 << 15  # announcement values remembered as already vetted (16-byte digests)
-
-
-@dataclass
-class _Delivered:
-    peer: str
-    records: list[RolloutRecord]
+NOTIFY_STRANGERS = 2  # peers not in good standing among those our announcements are pushed to
 
 
 class Inbox:
@@ -66,11 +74,18 @@ class Inbox:
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
         self._peers: dict[str, float] = {}  # peer → created_at of its newest valid announcement
         self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
-        self._ready: list[_Delivered] = []
+        self._pending = Pending(limits.pending_cap())  # decoded records waiting for the node's take
+        self._decoding = threading.Lock()  # one bundle decoded at a time: its transient memory is one bundle's
         self._drops: Counter = Counter()
         self._skipped = 0
         self._bytes = 0  # bundle bytes fetched since the last take
         self._delivered: set[str] = set()  # peers with records delivered since the last take
+
+    def limit_completions(self, tokens: int) -> None:
+        """Decode bundles under the receiver's own budget per completion (swarm.receive.Limits.completion_tokens)."""
+        with self.cond:
+            self.limits = replace(self.limits, completion_tokens=tokens)
+            self._pending.max_bytes = self.limits.pending_cap()
 
     # -- writers ---------------------------------------------------------------------------
     def offer(self, value: object, signer: str | None, *, now: float, key_window: int | None = None,
@@ -80,10 +95,12 @@ class Inbox:
 
     def claim(self, value: object, signer: str, *, now: float) -> Announcement | None:
         """A bundle offered with its bytes (a push, docs/PROTOCOL.md §6.3): vet it like `offer`, then take it
-        now if the fan-in budget and the peer's quota allow, exactly as `choose` would. None: declined (a
-        valid one the budget has no room for is counted as skipped, like a candidate that ages out)."""
+        now if the fan-in budget, the peer's share of the window and its quota allow, exactly as `choose`
+        would. None: declined. An offer that names addresses comes from a peer we can dial: it stays a
+        candidate, fetched when `choose` picks it, so pushing gains a peer nothing over announcing. A valid
+        one the budget has no room for is counted as skipped, like a candidate that ages out."""
         ann = self._candidate(value, signer, now=now)
-        if ann is None:
+        if ann is None or ann.addrs:
             return None
         with self.cond:
             self._expire(now)
@@ -95,7 +112,9 @@ class Inbox:
                 del self._candidates[ann.peer]
             stranger = self.standing.state(ann.peer, now) != GOOD
             room, stranger_room = self._room(now)
-            if (stranger_room if stranger else room) <= 0:
+            in_window = self._in_window(now)
+            share = self._shares(now)[stranger]
+            if (stranger_room if stranger else room) <= 0 or in_window[ann.peer] >= share:
                 self._skipped += 1
                 return None
             return ann if self._reserve(ann, now, stranger) else None
@@ -135,8 +154,9 @@ class Inbox:
 
     def _saw(self, ann: Announcement, now: float) -> None:
         """Remember the peer as seen (caller holds the lock); past max_peers, forget the oldest not in good standing."""
-        if ann.created_at >= self._peers.get(ann.peer, 0.0):
-            self._peers[ann.peer] = ann.created_at
+        heard = min(ann.created_at, now)  # a peer dated ahead of our clock is not more recent than now
+        if heard >= self._peers.get(ann.peer, 0.0):
+            self._peers[ann.peer] = heard
             self._addrs[ann.peer] = ann.addrs
         if len(self._peers) > self.limits.max_peers:
             others = sorted((p for p in self._peers if self.standing.state(p, now) != GOOD), key=self._peers.get)
@@ -153,11 +173,15 @@ class Inbox:
                 del self._candidates[peer]
             self._skipped += 1
 
-    def settle(self, ann: Announcement, records: list[RolloutRecord], drops: Counter) -> None:
+    def settle(self, ann: Announcement, records: list[RolloutRecord], drops: Counter, nbytes: int | None = None) -> None:
+        """File a bundle's decoded records (`nbytes`: their size in memory, estimated from them when None)."""
+        nbytes = decoded_bytes(records) if nbytes is None else nbytes
         with self.cond:
             self._drops.update(drops)
             if records:
-                self._ready.append(_Delivered(ann.peer, records))
+                displaced = self._pending.add(ann.peer, records, nbytes)
+                if displaced:
+                    self._drops["inbox_full"] += displaced
                 self._delivered.add(ann.peer)
             self.cond.notify_all()
 
@@ -177,7 +201,8 @@ class Inbox:
         with self.cond:
             self._bytes += len(data)
         try:
-            records, drops = open_bundle(data, ann, swarm_id, self.limits)
+            with self._decoding:
+                records, drops = open_bundle(data, ann, swarm_id, self.limits)
         except RecordError as exc:
             self._fail(ann.peer, exc.reason)
             self.drop(exc.reason)
@@ -226,18 +251,20 @@ class Inbox:
         with self.cond:
             self._expire(now)
             counts = Counter(p for _, p, _ in self._fetch_log)  # fairness: fetches per peer within max_age_s
+            in_window = self._in_window(now)  # shares: fetches per peer in the window of wall time ending now
             room, stranger_room = self._room(now)
             reserve = max(1, self.limits.max_fetches_per_window // 8) - sum(
                 s for t, _, s in self._fetch_log if t > now - self.limits.window_s)  # still owed to newcomers
             state = {p: self.standing.state(p, now) for p in self._candidates}
+            share, stranger_share = self._shares(now)
             chosen = []
             while room > 0 and self._candidates:
-                good = [p for p in self._candidates if state[p] == GOOD]
-                newcomers = len(good) < len(self._candidates) and stranger_room > 0
+                good = [p for p in self._candidates if state[p] == GOOD and in_window[p] < share]
+                others = [p for p in self._candidates if state[p] != GOOD and in_window[p] < stranger_share]
+                newcomers = bool(others) and stranger_room > 0
                 if good and not (newcomers and reserve > 0):
                     peer, stranger = min(good, key=lambda p: (counts[p], self.rng.random())), False
                 elif newcomers:
-                    others = [p for p in self._candidates if state[p] != GOOD]
                     peer = min(others, key=lambda p: (-self.standing.score(p, now), counts[p], self.rng.random()))
                     stranger = True
                 else:
@@ -247,11 +274,26 @@ class Inbox:
                     del self._candidates[peer]
                 if self._reserve(ann, now, stranger):
                     counts[peer] += 1
+                    in_window[peer] += 1
                     room -= 1
                     stranger_room -= stranger
                     reserve -= stranger
                     chosen.append(ann)
             return chosen
+
+    def _in_window(self, now: float) -> Counter:
+        """Fetches per peer started in the window of wall time ending now (caller holds the lock)."""
+        return Counter(p for t, p, _ in self._fetch_log if t > now - self.limits.window_s)
+
+    def _shares(self, now: float) -> tuple[int, int]:
+        """Fetches one peer may start per window: (in good standing, any other). Each class's budget (the whole
+        budget; the strangers' half while any peer is in good standing) over the peers of that class that want
+        fetches — a candidate now, or a fetch within the last two windows (caller holds the lock)."""
+        recent = {p for t, p, _ in self._fetch_log if t > now - 2 * self.limits.window_s} | set(self._candidates)
+        good = sum(self.standing.state(p, now) == GOOD for p in recent)
+        budget = self.limits.max_fetches_per_window
+        stranger_budget = budget // 2 if self.standing.earned(now) else budget
+        return math.ceil(budget / max(1, good)), max(1, math.ceil(stranger_budget / max(1, len(recent) - good)))
 
     def _room(self, now: float) -> tuple[int, int]:
         """(fetches the budget still allows in the window of wall time ending now, of which peers not in good
@@ -300,7 +342,7 @@ class Inbox:
     # -- the node's side -------------------------------------------------------------------
     def ready_count(self) -> int:
         with self.cond:
-            return sum(len(d.records) for d in self._ready)
+            return self._pending.count()
 
     def peers_seen(self) -> int:
         with self.cond:
@@ -322,11 +364,22 @@ class Inbox:
 
     def known_peers(self) -> list[str]:
         """Peers with a valid announcement younger than max_age_s: those in good standing first (best score
-        first), then the most recently active."""
+        first), then the most recently heard from (by our clock: a peer dating its announcements ahead of it
+        gains nothing)."""
         with self.cond:
             now = self.clock()
             return sorted(self._peers, key=lambda p: (self.standing.state(p, now) != GOOD,
                                                        -self.standing.score(p, now), -self._peers[p]))
+
+    def push_targets(self, limit: int) -> list[str]:
+        """Up to `limit` of `known_peers` our announcements (or bundles) are pushed to: those in good standing,
+        and at most NOTIFY_STRANGERS others — each push is a dial at addresses the peer chose (swarm.dial), and
+        a flood of identities must not turn our every publish into dials of its choosing."""
+        with self.cond:
+            now = self.clock()
+            peers = self.known_peers()
+            good = [p for p in peers if self.standing.state(p, now) == GOOD]
+            return (good + [p for p in peers if p not in good][:NOTIFY_STRANGERS])[:limit]
 
     def addrs_of(self, peer: str) -> list[str]:
         """The addresses `peer` named in its newest valid announcement (may be empty)."""
@@ -341,13 +394,13 @@ class Inbox:
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
         with self.cond:
-            while sum(len(d.records) for d in self._ready) < min_records and not (stopped and stopped.is_set()):
+            while self._pending.count() < min_records and not (stopped and stopped.is_set()):
                 left = deadline - time.monotonic()
                 if left <= 0 or (while_earned and not any(p not in self._delivered
                                                           for p in self.standing.earned(self.clock()))):
                     break
                 self.cond.wait(min(left, 0.5))
-            ready, self._ready = self._ready, []
+            ready = self._pending.take()
             drops, self._drops = self._drops, Counter()
             skipped, self._skipped = self._skipped, 0
             nbytes, self._bytes = self._bytes, 0

@@ -89,7 +89,7 @@ class InMemoryTransport:
         self.hub.serve(self.peer_id, data)
         self.hub.announce(rollouts_key(self.swarm_id, ann.window, shard_of(self.peer_id, lim.shards)),
                           self.peer_id, value)
-        for peer in self.inbox.known_peers()[: self.notify_peers]:
+        for peer in self.inbox.push_targets(self.notify_peers):
             self.hub.notify(peer, self.peer_id, value)
         return len(data)
 
@@ -120,6 +120,10 @@ class InMemoryTransport:
         delivery = self.inbox.take(0, 0.0)
         delivery.waited_s = time.monotonic() - started
         return delivery
+
+    def limit_completions(self, tokens: int) -> None:
+        """Decode peers' bundles under our own budget per completion (the node's, swarm.receive.Limits)."""
+        self.inbox.limit_completions(tokens)
 
     def peers_seen(self) -> int:
         self.poll()

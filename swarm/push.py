@@ -10,9 +10,12 @@ ones: a peer without a listen address does not announce in the DHT):
     publisher → receiver   the bundle's data frames, only after "ok"
 
 The receiver vets the offered announcement with the shared receive rules (swarm.transport.Inbox:
-the stream's authenticated peer is the signer) and takes it only when its fan-in budget and the
-peer's quota have room (`Inbox.claim`), so a pushed bundle costs a receiver exactly what a pulled
-one does, and every drop is counted the same way. It still pulls peers' bundles over its own
+the stream's authenticated peer is the signer) and takes it only when a download slot frees within
+SLOT_WAIT_S (strangers hold at most half of them, one peer at most two: swarm.admission) and its
+fan-in budget, the peer's share of the window and its quota have room (`Inbox.claim`), so a pushed
+bundle costs a receiver exactly what a pulled one does, and every drop is counted the same way. An
+offer from a peer that names addresses (one we can dial) is declined and left a candidate: it is
+fetched when the fan-in choice picks it, so pushing gains a dialable peer nothing. It still pulls peers' bundles over its own
 outbound connections, and it does not store announcements in the DHT (nobody could fetch them).
 A peer whose offer failed to connect is not offered another bundle for `RETRY_S` seconds.
 """
@@ -27,7 +30,8 @@ from collections.abc import Callable
 
 from protocols.records import Announcement
 from swarm import wire
-from swarm.dial import open_stream
+from swarm.admission import DownloadSlots
+from swarm.dial import DialPolicy, open_stream
 from swarm.transport import Inbox
 
 log = logging.getLogger(__name__)
@@ -49,22 +53,24 @@ class Pusher:
         return [p for p in known_peers if p not in self._unreachable][: self.push_peers]
 
     async def offer_all(self, p2p, peers: list[str], announcement: bytes, data: bytes,
-                        addrs_of: Callable[[str], list[str]] = lambda _peer: []) -> Counter:
-        """Offer one bundle to every peer in `peers` at once (each dialled at `addrs_of(peer)` first, swarm.dial);
-        the receivers' answers, counted."""
-        results = await asyncio.gather(*(self._offer(p2p, p, addrs_of(p), announcement, data) for p in peers))
+                        addrs_of: Callable[[str], list[str]] = lambda _peer: [], policy: DialPolicy | None = None
+                        ) -> Counter:
+        """Offer one bundle to every peer in `peers` at once (each dialled at `addrs_of(peer)` first, as `policy`
+        allows: swarm.dial); the receivers' answers, counted."""
+        results = await asyncio.gather(*(self._offer(p2p, p, addrs_of(p), announcement, data, policy) for p in peers))
         got = Counter(results)
         self.stats.update(got)
         if peers and not got["ok"]:
             log.warning("no peer took our bundle (%s); it reaches nobody this time", dict(got))
         return got
 
-    async def _offer(self, p2p, peer: str, addrs: list[str], announcement: bytes, data: bytes) -> str:
+    async def _offer(self, p2p, peer: str, addrs: list[str], announcement: bytes, data: bytes,
+                     policy: DialPolicy | None) -> str:
         writer = None
         try:
             async def offer() -> str:
                 nonlocal writer
-                reader, writer = await open_stream(p2p, peer, wire.PUSH_NAME, addrs)
+                reader, writer = await open_stream(p2p, peer, wire.PUSH_NAME, addrs, policy)
                 return await wire.push_bundle(reader, writer, announcement, data)
             return await asyncio.wait_for(offer(), self.timeout_s)
         except asyncio.CancelledError:
@@ -78,22 +84,30 @@ class Pusher:
                 writer.close()
 
 
+SLOT_WAIT_S = 5.0  # a pushed bundle waits this long at most for a download slot, then is declined (`busy`)
+
+
 async def receive_push(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, inbox: Inbox,
-                       swarm_id: str, timeout_s: float, slots: asyncio.Semaphore) -> Announcement | None:
-    """Receiver side: vet the offer, take the bytes if the budget has room, file them like a fetched bundle.
-    Returns the announcement taken (None: declined or malformed). Never raises on peer data."""
+                       swarm_id: str, timeout_s: float, slots: DownloadSlots) -> Announcement | None:
+    """Receiver side: vet the offer, take the bytes if a download slot frees within SLOT_WAIT_S and the budget
+    has room, file them like a fetched bundle. Returns the announcement taken (None: declined or malformed;
+    an offer naming addresses is left as a candidate for the caller to fetch). Never raises on peer data."""
     ann, data, reason = None, None, "fetch_failed"
+    peer = info.peer_id.to_base58()
     try:
         try:
             value = await asyncio.wait_for(wire.read_notification(reader), timeout_s)
         except (asyncio.TimeoutError, ConnectionError, wire.FetchError) as exc:
             inbox.drop("bad_announcement" if isinstance(exc, wire.FetchError) else "fetch_failed")
             return None
-        ann = inbox.claim(value, info.peer_id.to_base58(), now=time.time())
-        if ann is None:
-            await asyncio.wait_for(wire.decline_push(writer), timeout_s)
-            return None
-        async with slots:
+        async with slots.hold(peer, SLOT_WAIT_S) as got_slot:
+            if got_slot:
+                ann = inbox.claim(value, peer, now=time.time())
+            else:
+                inbox.drop("busy")
+            if ann is None:
+                await asyncio.wait_for(wire.decline_push(writer), timeout_s)
+                return None
             data = await asyncio.wait_for(wire.accept_push(reader, writer, sha256=ann.sha256, nbytes=ann.nbytes),
                                           timeout_s)
     except wire.FetchError as exc:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from protocols.announce import decode_announcement, encode_announcement
 from protocols.codec import (
     DEFAULT_CAPS,
     Caps,
     RecordError,
-    decode_announcement,
     decode_bundle,
-    encode_announcement,
     encode_bundle,
     sha256_hex,
 )
@@ -23,6 +22,7 @@ from protocols.keys import WINDOW_S, shard_of, window_of
 from protocols.records import Announcement, RolloutRecord
 
 MAX_CANDIDATES_PER_PEER = 4  # a peer's newest valid announcements kept waiting for a fetch slot
+BUNDLE_COMPLETIONS = 256  # completions at the receiver's budget one bundle may hold (32 groups of 8)
 
 
 @dataclass
@@ -38,6 +38,9 @@ class Delivery:
     waited_s: float = 0.0  # how long this call waited
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff (swarm.standing)
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → the cause of their last failure
+    # what the transport refused since the last take: streams not admitted ("<handler>:<why>"), bundles declined to
+    # a requester that had them ("served:repeat"), announced addresses not dialled ("dial:<scope|waiting|rate>")
+    refused: Counter = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,25 @@ class Limits:
     good_for_s: float = 120.0  # a peer whose last bundle we used came within this long is waited for (swarm.standing)
     backoff_s: float = 10.0  # a peer's first failure backs it off this long, doubling per further one
     max_peers: int = 4096  # peers tracked (seen, judged); identities are free, so the books are bounded
+    # the receiver's own budget per completion (its ingest.max_completion_tokens or generation.max_new_tokens;
+    # set by the node): longer completions are dropped at decode, and a bundle's tokens and bytes are bounded
+    # by what BUNDLE_COMPLETIONS such completions hold (decode_caps). None: the wire caps alone
+    completion_tokens: int | None = None
+    max_pending_bytes: int = 32 << 20  # decoded records waiting for the node's next round, all peers together
+
+    def pending_cap(self) -> int:
+        """Bytes of decoded records that may wait for the node: max_pending_bytes, or one bundle at the decode caps
+        if that is larger (a bundle the caps admit is never refused for its size alone)."""
+        caps = self.decode_caps()
+        return max(self.max_pending_bytes, 76 * caps.max_bundle_tokens + 4 * caps.max_decompressed_bytes)
+
+    def decode_caps(self) -> Caps:
+        """The caps a bundle is decoded under: the wire caps, tightened to the receiver's own budget."""
+        if self.completion_tokens is None:
+            return self.caps
+        tokens = min(self.caps.max_bundle_tokens, BUNDLE_COMPLETIONS * self.completion_tokens)
+        return replace(self.caps, max_bundle_tokens=tokens,
+                       max_decompressed_bytes=min(self.caps.max_decompressed_bytes, max(1 << 20, 64 * tokens)))
 
 
 def make_bundle(peer: str, records: list[RolloutRecord], now: float | None = None,
@@ -107,7 +129,7 @@ def open_bundle(data: bytes, ann: Announcement, swarm_id: str, limits: Limits) -
     """
     if len(data) != ann.nbytes or sha256_hex(data) != ann.sha256:
         raise RecordError("digest_mismatch", "bundle bytes differ from the announcement")
-    records, drops = decode_bundle(data, limits.caps)
+    records, drops = decode_bundle(data, limits.decode_caps(), limits.completion_tokens)
     if len(records) + sum(drops.values()) != ann.count:
         raise RecordError("count_mismatch", f"{len(records) + sum(drops.values())} records, announced {ann.count}")
     kept = []
@@ -119,3 +141,15 @@ def open_bundle(data: bytes, ann: Announcement, swarm_id: str, limits: Limits) -
         else:
             kept.append(rec)
     return kept, drops
+
+
+def decoded_bytes(records: list[RolloutRecord]) -> int:
+    """What decoded records hold in memory, from above: ~68 bytes per token (an int and a float object and
+    their tuple slots, token_bytes included), 4 per character of text (CPython's widest strings), and a
+    fixed cost per record and completion. The inbox bounds undelivered records by it (Limits.max_pending_bytes)."""
+    total = 0
+    for rec in records:
+        total += 1024 + 4 * len(rec.prompt)
+        for c in rec.completions:
+            total += 256 + 76 * len(c.token_ids) + 4 * len(c.text)
+    return total

@@ -73,4 +73,6 @@ class Transport(Protocol):
 
     def vouch(self, limit: int) -> list[str]: ...  # peers seen, put in good standing (swarm.start_with_peers)
 
+    def limit_completions(self, tokens: int) -> None: ...  # decode under our budget per completion (swarm.receive)
+
     def shutdown(self) -> None: ...

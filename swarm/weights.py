@@ -11,9 +11,11 @@ Follower rules (every channel runs them; unit tests on the twin cover the real o
 - only a value signed by the learner the key names counts (`forged` otherwise), decoded as version 2
   (`bad_announcement`, `version`), in the follower's format (`format`: a full-weights sampler never loads an
   adapter), within the size cap (`too_large`) and not from the future beyond the clock skew (`future_timestamp`)
-  — all before a byte is fetched; a value is vetted once, however often it is read;
+  — all before a byte is fetched; a value is vetted once, however often it is read (one from the future
+  again once the clock skew no longer excludes it);
 - it is fetched when it is newer (created_at) than what the follower holds, is fetching or has ready — each
-  of those dated no later than when the follower first saw it, so one announcement from a learner whose
+  of those dated no later than when the follower first saw it (and a fetched one replaces the one waiting
+  for the node only when it is newer by that same dating), so one announcement from a learner whose
   clock was fast does not outrank the ones it makes after its clock is put right — and
   names other bytes than those it holds (the same bytes under another version only relabel them: a step
   with a zero gradient changes the version, not the weights); a learner that restarts from an older
@@ -97,7 +99,8 @@ class WeightBook:
     def __init__(self, learners: list[str], fmt: str, limits: WeightLimits):
         self.learners, self.fmt, self.limits = frozenset(learners), fmt, limits
         self._lock = threading.Lock()
-        self._vetted: dict[str, tuple[bytes, WeightAnnouncement | None]] = {}  # signer → (last value, its verdict)
+        # signer → (last value, its verdict, when to vet that value again: a future-dated one, once it is not)
+        self._vetted: dict[str, tuple[bytes, WeightAnnouncement | None, float]] = {}
         self._held: WeightAnnouncement | None = None  # handed to the node by take()
         self._ready: WeightUpdate | None = None
         self._pending: WeightAnnouncement | None = None  # a fetch in flight
@@ -112,7 +115,11 @@ class WeightBook:
         dated = [(a.sha256, a.created_at) for a in (self._held, self._pending) if a is not None]
         if self._ready is not None:
             dated.append((self._ready.sha256, self._ready.created_at))
-        return max((min(t, self._first_seen.get((sha, t), t)) for sha, t in dated), default=float("-inf"))
+        return max((self._dated(sha, t) for sha, t in dated), default=float("-inf"))
+
+    def _dated(self, sha256: str, created_at: float) -> float:
+        """An announcement's time, no later than when we first saw it (caller holds the lock)."""
+        return min(created_at, self._first_seen.get((sha256, created_at), created_at))
 
     def offer(self, key_learner: str, signer: str | None, value: object, now: float) -> WeightAnnouncement | None:
         """Vet a value read under `key_learner`'s key; returns the announcement to fetch now, if any."""
@@ -125,13 +132,13 @@ class WeightBook:
             if signer != key_learner:
                 slot = f"forged:{signer}"
                 if self._vetted.get(slot, (None,))[0] != marker:
-                    self._vetted[slot] = (marker, None)
+                    self._vetted[slot] = (marker, None, float("inf"))
                     self._drops["forged"] += 1
                 return None
             known = self._vetted.get(signer)
-            if known is None or known[0] != marker:
-                ann = self._vet(signer, value, now)
-                self._vetted[signer] = (marker, ann)
+            if known is None or known[0] != marker or now >= known[2]:
+                ann, again_at = self._vet(signer, value, now)
+                self._vetted[signer] = (marker, ann, again_at)
             else:
                 ann = known[1]
             if ann is None or self._pending is not None or ann.created_at <= self._newest():
@@ -148,12 +155,14 @@ class WeightBook:
             self._pending = ann
             return ann
 
-    def _vet(self, signer: str, value: object, now: float) -> WeightAnnouncement | None:
+    def _vet(self, signer: str, value: object, now: float) -> tuple[WeightAnnouncement | None, float]:
+        """(the announcement, or None when dropped; when to vet the same value again: a value from the future is
+        vetted again once the clock skew no longer excludes it, every other verdict is final)."""
         try:
             ann = decode_weight_announcement(value)
         except RecordError as exc:
             self._drops[exc.reason] += 1
-            return None
+            return None, float("inf")
         reason = None
         if ann.peer != signer:
             reason = "forged"
@@ -165,11 +174,12 @@ class WeightBook:
             reason = "future_timestamp"
         if reason:
             self._drops[reason] += 1
-            return None
+            return None, (ann.created_at - self.limits.max_clock_skew_s if reason == "future_timestamp"
+                          else float("inf"))
         if len(self._first_seen) >= 64:
             self._first_seen = dict(list(self._first_seen.items())[32:])
         self._first_seen.setdefault((ann.sha256, ann.created_at), now)
-        return ann
+        return ann, float("inf")
 
     def settle(self, ann: WeightAnnouncement, data: bytes | None, reason: str = "fetch_failed",
                now: float | None = None) -> bool:
@@ -187,7 +197,8 @@ class WeightBook:
                 self._drops[reason] += 1
                 return False
             self._failed.pop((ann.sha256, ann.created_at), None)
-            if self._ready is None or ann.created_at > self._ready.created_at:
+            if self._ready is None or (self._dated(ann.sha256, ann.created_at)
+                                       > self._dated(self._ready.sha256, self._ready.created_at)):
                 self._ready = WeightUpdate(ann.peer, ann.version, ann.sha256, ann.format, data, ann.created_at, now)
             return True
 

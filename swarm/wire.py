@@ -105,8 +105,10 @@ log = logging.getLogger(__name__)
 Lookup = Callable[[str, str], "bytes | None"]  # (swarm, sha256) -> bundle bytes or None
 
 
-async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup) -> str:
-    """Answer one request; returns the status sent. The caller bounds it with a timeout."""
+async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup,
+                       allow: Callable[[str], bool] = lambda _sha: True) -> str:
+    """Answer one request; returns the status sent. `allow(sha256)`: False declines a bundle we do serve (the
+    requester had it already, swarm.admission). The caller bounds it with a timeout."""
     try:
         swarm, sha = decode_request(await read_frame(reader, MAX_CONTROL, "bad_request"))
     except FetchError as exc:
@@ -116,16 +118,19 @@ async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if data is None:
         await write_frame(writer, encode_header("not_found"))
         return "not_found"
+    if not allow(sha):
+        await write_frame(writer, encode_header("declined"))
+        return "declined"
     await write_frame(writer, encode_header("ok", len(data), sha))
     await _write_data(writer, data)
     return "ok"
 
 
 async def serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lookup: Lookup,
-                       timeout_s: float, what: str) -> None:
+                       timeout_s: float, what: str, allow: Callable[[str], bool] = lambda _sha: True) -> None:
     """A stream handler's body: answer one request within timeout_s, log a failure, always close."""
     try:
-        await asyncio.wait_for(serve_bundle(reader, writer, lookup), timeout_s)
+        await asyncio.wait_for(serve_bundle(reader, writer, lookup, allow), timeout_s)
     except (asyncio.TimeoutError, ConnectionError, FetchError) as exc:
         log.info("serving %s failed: %r", what, exc)
     finally:

@@ -34,7 +34,7 @@ from collections import Counter, OrderedDict, deque
 from bench.scale.model import CONNECT_RTTS, DIAL_FAIL_S, RPC_CAP, Costs, DHTModel, Setting, dht_hops, make_world
 from bench.scale.legacy import StridePollPlan
 from bench.scale.report import Tally
-from protocols.codec import encode_announcement
+from protocols.announce import encode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.records import Announcement
 from swarm.config import SwarmConfig
@@ -298,9 +298,8 @@ class Simulation:
                 self.tally.selected(i, taken, self)
                 self.transfer(node, src, taken, pushed=True)
             return
-        if node.inbox.offer(value, signer, now=now) and not node.reading:
-            node.gen += 1
-            self.poll(node, node.gen)
+        if node.inbox.offer(value, signer, now=now):
+            self.choose(node)  # a push runs the fan-in choice, not a DHT read (swarm.handlers)
 
     # ------------------------------------------------------------------ fan-in and fetches
     def choose(self, node: Node) -> None:
@@ -369,7 +368,7 @@ class Simulation:
     def settled(self, node: Node, epoch: int, ann: Announcement) -> None:
         if epoch != node.epoch or not self.online(node.w.idx):
             return
-        node.inbox.settle(ann, [ann] * ann.count, Counter())
+        node.inbox.settle(ann, [ann] * ann.count, Counter(), nbytes=0)  # stand-ins for records: no decoded size
         self.tally.delivered(node.w.idx, ann, self)
 
 

@@ -5,11 +5,15 @@
   GET /api/state       the snapshot of node.dashboard.state as JSON (the page polls it)
 
 Only GET and HEAD are answered (any other method: 501, the standard library's answer); every
-response forbids other origins' scripts (Content-Security-Policy 'self') and is never cached.
+response forbids other origins' scripts (Content-Security-Policy 'self') and is never cached. A
+request whose Host header names neither an IP address nor `localhost` (nor a name passed as
+`allowed_hosts`) is refused with 403: a web page of another site that makes its own DNS name point
+at 127.0.0.1 (DNS rebinding) could otherwise read /api/state from the browser of whoever runs us.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import threading
@@ -44,10 +48,27 @@ def finite(value):
     return value
 
 
+def host_allowed(host: str, names: frozenset[str] = frozenset()) -> bool:
+    """Whether a request's Host header (name or address, maybe with a port) is one the dashboard answers."""
+    name = host.strip().lower()
+    if name.startswith("["):  # [v6]:port
+        name = name[1:name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.rsplit(":", 1)[0]
+    if name in ("localhost", "localhost.") or name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "rlswarm-dashboard"
     snapshots: Snapshots
     files: dict[str, Path]
+    allowed_hosts: frozenset[str] = frozenset()
 
     def log_message(self, format, *args):  # noqa: A002 — no line per request on the console
         pass
@@ -64,6 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self):  # noqa: N802
+        if not host_allowed(self.headers.get("Host", ""), self.allowed_hosts):
+            return self._send(403, b"forbidden host\n", "text/plain; charset=utf-8")
         path = self.path.split("?", 1)[0]
         if path == "/api/state":
             body = json.dumps(finite(self.snapshots.snapshot()), allow_nan=False).encode()
@@ -79,8 +102,10 @@ class _Handler(BaseHTTPRequestHandler):
 class Dashboard:
     """The server for some run dirs, on a background thread (`start`) or in the foreground (`serve_forever`)."""
 
-    def __init__(self, dirs: list[Path], host: str = "127.0.0.1", port: int = DEFAULT_PORT):
-        handler = type("Handler", (_Handler,), {"snapshots": Snapshots(dirs), "files": _files()})
+    def __init__(self, dirs: list[Path], host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 allowed_hosts: tuple[str, ...] = ()):
+        handler = type("Handler", (_Handler,), {"snapshots": Snapshots(dirs), "files": _files(),
+                                                "allowed_hosts": frozenset(h.lower() for h in allowed_hosts)})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.thread: threading.Thread | None = None

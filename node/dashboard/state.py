@@ -27,7 +27,11 @@ from node.metrics import read_metrics
 
 HIDDEN = "(hidden)"
 # config keys whose values never reach the page: credentials, and the path of the node's private key
-SECRET_KEY = re.compile(r"secret|password|passwd|api_?key|credential|auth_token|^token$|identity_path", re.I)
+# a key that names a secret: *secret*, *password*, *credential*, identity_path, *access_key*, *private_key*,
+# *api_key* (wandb_api_key …), a bare `key`, or one ending in token (hf_token, auth_token, …)
+MAX_PEER_ROWS = 64  # peers listed per node
+SECRET_KEY = re.compile(r"secret|password|passwd|credential|identity_path|access_?key|private_?key|api_?key"
+                        r"|^key$|(^|[_.-])token$", re.I)
 _PEER_LINE = re.compile(r"^\[(?P<name>[^\]]+)\] peer (?P<peer>\S+)")
 _MODEL_LINE = re.compile(r"^\[(?P<name>[^\]]+)\] model (?P<model>\S+) on ")
 
@@ -136,7 +140,8 @@ def peer_rows(label: str, rows: list[dict], names: dict[str, str]) -> list[dict]
         w = e.pop("_w")
         e["is_weight"] = sum(w) / len(w) if w else None
         out.append(e)
-    return sorted(out, key=lambda e: (e["node"], -(e["last_seen"] or 0)))
+    out.sort(key=lambda e: (e["node"], -(e["last_seen"] or 0)))
+    return out[:MAX_PEER_ROWS]  # the most recently seen: identities are free, the page stays bounded
 
 
 class Snapshots:

@@ -16,6 +16,8 @@ could inflate:
      reward is read from the text and the gradient from the ids;
   6. re-scores every completion with its own verifier (bounded: node.tasks.source) and
      recomputes advantages within the group. Claimed rewards are ignored.
+A group already accepted from any peer, or published by this node, is dropped as `duplicate`
+before any of that work (node.round.dedup).
 A record that fails any check is dropped with a counted reason (docs/PROTOCOL.md §8.1). Every
 record is processed behind one guard: an exception on peer data is a bug, and it costs that
 record (`internal_error`, logged), never the round.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from node.round.config import IngestConfig
+from node.round.dedup import SeenGroups, group_digest
 from node.round.groups import Group, verify_group
 from node.tasks.source import Task, TaskError, TaskSource
 from protocols.records import RolloutRecord
@@ -67,10 +70,10 @@ class OwnModel:
 
 
 def ingest_for(node: Node, records: list[RolloutRecord], now: float | None = None) -> IngestResult:
-    """`ingest` with everything taken from the node: its tasks, config, tokenizer and budgets."""
+    """`ingest` with everything taken from the node: its tasks, config, tokenizer, budgets and the groups it saw."""
     return ingest(records, tasks=node.tasks, cfg=node.cfg.ingest,
                   own_fingerprint=node.fingerprint, own_vocab_size=node.vocab_size,
-                  advantage_mode=node.cfg.train.advantage, now=now, own=own_model(node))
+                  advantage_mode=node.cfg.train.advantage, now=now, own=own_model(node), seen=node.seen_groups)
 
 
 def own_model(node: Node) -> OwnModel:
@@ -90,16 +93,24 @@ def ingest(
     advantage_mode: str = "std",
     now: float | None = None,
     own: OwnModel | None = None,
+    seen: SeenGroups | None = None,
 ) -> IngestResult:
-    """Verified groups and drop counts; `own` None skips the checks that need our tokenizer (tests)."""
+    """Verified groups and drop counts; `own` None skips the checks that need our tokenizer (tests); `seen`: the
+    groups accepted before (None: no deduplication), to which the accepted ones are added."""
     now = time.time() if now is None else now
     groups: list[Group] = []
     drops: Counter[str] = Counter()
     peer_drops: dict[str, Counter[str]] = {}
     for rec in records:
         try:
-            outcome = _one(rec, tasks=tasks, cfg=cfg, own_fingerprint=own_fingerprint,
-                           own_vocab_size=own_vocab_size, advantage_mode=advantage_mode, now=now, own=own)
+            digest = group_digest(rec.task, (c.text for c in rec.completions)) if seen is not None else None
+            if digest is not None and digest in seen:
+                outcome = "duplicate"
+            else:
+                outcome = _one(rec, tasks=tasks, cfg=cfg, own_fingerprint=own_fingerprint,
+                               own_vocab_size=own_vocab_size, advantage_mode=advantage_mode, now=now, own=own)
+                if digest is not None and not isinstance(outcome, str):
+                    seen.add(digest, now)
         except Exception as exc:  # noqa: BLE001 — a peer's record must never end the round
             outcome = "internal_error"
             if not drops["internal_error"]:

@@ -93,6 +93,7 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "pool_aged_out": out.gathered.too_old,
         "peer_groups_note": peer_groups_note(out, node.cfg.select.external_groups),
         "drops": out.gathered.drops,
+        "refused": out.gathered.refused or None,  # streams refused, bundles declined, addresses not dialled
         "time": time.time(),
         **step.metrics,
         **out.extra,

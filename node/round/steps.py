@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from node.round.dedup import group_digest
 from node.round.groups import Group, verify_group
 from node.round.ingest import ingest_for
 from node.round.records import to_records
@@ -42,6 +43,7 @@ class Gathered:
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
     by_peer: dict[str, dict] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
+    refused: dict[str, int] = field(default_factory=dict)  # what the transport refused (swarm.receive.Delivery)
 
     def __add__(self, other: Gathered) -> Gathered:
         drops = Counter(self.drops)
@@ -50,7 +52,7 @@ class Gathered:
         return Gathered(self.groups + other.groups, dict(drops), waited, max(self.peers_seen, other.peers_seen),
                         self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old,
                         other.standing or self.standing, other.backed_off or self.backed_off,
-                        merge_by_peer(self.by_peer, other.by_peer))
+                        merge_by_peer(self.by_peer, other.by_peer), dict(Counter(self.refused) + Counter(other.refused)))
 
 
 def merge_by_peer(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
@@ -88,10 +90,14 @@ def verify(node: Node, tasks: list[Task], gen: GenerationResult, round_: int) ->
 
 
 def publish(node: Node, round_: int, groups: list[Group], prompts: list[str]) -> int:
-    """Wire bytes of the bundle we published (0 without a swarm)."""
+    """Wire bytes of the bundle we published (0 without a swarm). Our groups are remembered as seen: if a peer
+    sends one back, it is a `duplicate` (node.round.dedup)."""
     if node.transport is None:
         return 0
-    return node.transport.publish(to_records(node, round_, groups, prompts))
+    records = to_records(node, round_, groups, prompts)
+    for rec in records:
+        node.seen_groups.add(group_digest(rec.task, (c.text for c in rec.completions)), rec.created_at)
+    return node.transport.publish(records)
 
 
 def gather(node: Node) -> Gathered:
@@ -124,19 +130,23 @@ def receive(node: Node, min_records: int = 0, timeout: float = 0.0, *, while_ear
         return Gathered()
     delivery = node.transport.take(min_records=min_records, timeout=timeout, while_earned=while_earned)
     result = ingest_for(node, delivery.records)
-    node.transport.judge(verdicts(delivery.records, result.groups))
+    node.transport.judge(verdicts(delivery.records, result.groups, result.peer_drops))
     drops = Counter(delivery.drops)
     drops.update(result.drops)
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
                     delivery.bytes, standing=delivery.standing, backed_off=delivery.backed_off,
-                    by_peer=by_peer(delivery.records, result.groups, result.peer_drops))
+                    by_peer=by_peer(delivery.records, result.groups, result.peer_drops),
+                    refused=dict(delivery.refused))
 
 
-def verdicts(records: list, groups: list[Group]) -> dict[str, tuple[int, int]]:
-    """peer → (its records ingest turned into groups, its records ingest dropped)."""
+def verdicts(records: list, groups: list[Group], peer_drops: dict[str, Counter] | None = None
+             ) -> dict[str, tuple[int, int]]:
+    """peer → (its records ingest turned into groups, its records ingest dropped). A `duplicate` counts neither
+    way: the group was good, another copy of it was just first (node.round.dedup)."""
     sent = Counter(r.peer for r in records)
     used = Counter(g.source for g in groups)
-    return {peer: (used[peer], n - used[peer]) for peer, n in sent.items()}
+    dup = {peer: (peer_drops or {}).get(peer, Counter()).get("duplicate", 0) for peer in sent}
+    return {peer: (used[peer], n - used[peer] - dup[peer]) for peer, n in sent.items()}
 
 
 def imitate_bar(groups: list[Group], cfg) -> float | None:

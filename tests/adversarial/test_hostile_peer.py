@@ -5,7 +5,8 @@ bundles, and a node on real hivemind peers on 127.0.0.1 runs its rounds against 
      round 0 (TypeError out of ingest); now the node finishes with exit 0 and counts `bad_task`;
   2  '<answer>' repeated 16k times per completion took ~41 s per completion to verify;
   3  8 completions × 1024 tokens (every wire cap respected) were trained on;
-  4  a correct-answer text over unrelated aligned ids was trained on with a positive advantage.
+  4  a correct-answer text over unrelated aligned ids was trained on with a positive advantage;
+  5  a 4 M-character model name became a 24 MiB metrics line; a group sent twice was trained on twice.
 """
 
 from __future__ import annotations
@@ -135,6 +136,31 @@ def test_ids_that_do_not_say_the_text_are_not_trained(swarm):
     forged = dataclasses.replace(right, token_ids=tuple(range(20, 26)), logprobs=(-0.1,) * 6)  # within budget
     m = _round_against(swarm, 4, [_record(node, swarm[1], 4, [forged, _honest(node, "<answer>-3</answer>")] * 2)])
     assert m["drops"] == {"ids_text_mismatch": 1} and m["groups_external"] == 0, m
+
+
+def test_a_peers_model_name_cannot_bloat_the_metrics_line(swarm):
+    """One 4 M-character model name wrote a 24 MiB line into metrics.jsonl, every round the peer was fetched."""
+    node = swarm[2]
+    task = node.tasks.sample(1005, 1)[0]
+    comps = [_honest(node, f"<answer>{task.answer}</answer>"), _honest(node, "<answer>-3</answer>")] * 2
+    rec = _record(node, swarm[1], 5, comps)
+    rec = dataclasses.replace(rec, model=dataclasses.replace(rec.model, name="N" * ((4 << 20) - 64)))
+    m = _round_against(swarm, 5, [rec])
+    line = node.log.path.read_text().splitlines()[-1]
+    assert json.loads(line)["round"] == 5 and m["groups_received"] == 1
+    assert len(line.encode()) <= 64 << 10, len(line)
+    assert len(m["peer_stats"][swarm[1].peer_id]["model"]) <= 64
+
+
+def test_the_same_group_sent_twice_is_trained_once(swarm):
+    """A group arriving again (relayed, or re-sent) was accepted and trained on as often as it came."""
+    node = swarm[2]
+    task = node.tasks.sample(1006, 1)[0]
+    comps = [_honest(node, f"<answer>{task.answer}</answer>"), _honest(node, "<answer>-3</answer>")] * 2
+    once = _record(node, swarm[1], 6, comps)
+    again = dataclasses.replace(once, created_at=time.time(), completions=tuple(reversed(once.completions)))
+    m = _round_against(swarm, 6, [once, again])
+    assert m["groups_received"] == 1 and m["drops"] == {"duplicate": 1}, m
 
 
 def test_swarm_node_process_survives_the_519_byte_bundle(swarm, tmp_path):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from protocols.codec import decode_announcement
+from protocols.announce import decode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.weights import decode_weight_announcement, weights_key
 from swarm.hivemind_weights import HivemindWeights

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from protocols.codec import encode_announcement, encode_bundle, sha256_hex
+from protocols.announce import encode_announcement
+from protocols.codec import encode_bundle, sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.records import (
     Announcement,

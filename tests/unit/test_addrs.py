@@ -7,7 +7,8 @@ import msgpack
 import pytest
 
 from protocols.addrs import MAX_ADDRS, MAX_CHARS, decode_addrs, encode_addrs
-from protocols.codec import RecordError, decode_announcement, encode_announcement, sha256_hex
+from protocols.announce import decode_announcement, encode_announcement
+from protocols.codec import RecordError, sha256_hex
 from protocols.records import Announcement
 from swarm.transport import Inbox, Limits
 

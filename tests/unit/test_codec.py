@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 import zstandard
 
+from protocols.announce import decode_announcement, encode_announcement
 from protocols.codec import (
     DEFAULT_CAPS,
     Caps,
     RecordError,
-    decode_announcement,
     decode_bundle,
     decode_record,
-    encode_announcement,
     encode_bundle,
     encode_record,
     record_from_wire,

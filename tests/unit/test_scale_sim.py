@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-import protocols.codec
+import protocols.announce
 import protocols.keys
 import swarm.expiry
 import swarm.inbox
@@ -103,7 +103,7 @@ def test_the_simulation_drives_the_projects_own_exchange_code(spies):
     # the simulator uses the project's objects themselves, not copies
     assert simmod.Inbox is swarm.inbox.Inbox and simmod.PollPlan is swarm.polling.PollPlan
     assert simmod.Expirations is swarm.expiry.Expirations and simmod.Pusher is swarm.push.Pusher
-    assert simmod.encode_announcement is protocols.codec.encode_announcement
+    assert simmod.encode_announcement is protocols.announce.encode_announcement
     assert (simmod.window_of, simmod.shard_of, simmod.rollouts_key) == (
         protocols.keys.window_of, protocols.keys.shard_of, protocols.keys.rollouts_key)
     sim = simmod.Simulation(small(peers=20, nat=0.3, hostile=0.1, churn=True), COSTS)

@@ -12,10 +12,10 @@ import msgpack
 import pytest
 import zstandard
 
+from protocols.announce import encode_announcement
 from protocols.codec import (
     Caps,
     RecordError,
-    encode_announcement,
     encode_bundle,
     sha256_hex,
 )

@@ -1,0 +1,219 @@
+"""One hostile peer must not exhaust a node (docs/ARCHITECTURE.md §4, docs/PROTOCOL.md §3, §6, §7), over real
+hivemind peers on 127.0.0.1. Each test failed before the bound it checks:
+
+  decode bomb    6 KB bundles of 2^21 equal tokens were decoded whole and waited, as ~144 MiB of objects each,
+                 for the node's next round; now a completion over the receiver's own budget is dropped while
+                 decoding (`completion_too_long`) and what waits is bounded in bytes (`inbox_full`)
+  push monopoly  one peer in good standing pushing bundles took every fetch of the window; now each peer
+                 takes at most its share, and a peer that can be dialled gains nothing by pushing
+  slow pushes    stalled pushes held every download slot, with no bound on the wait; now a peer holds at most
+                 two streams of a handler and strangers at most half the slots, and a push waits a few seconds
+  re-fetching    anyone could fetch a bundle again and again, many streams at once; now a requester is served
+                 a bundle at most twice, with at most two streams at once
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from bench.attacks import bomb_bundle, offer, publish_raw, publish_records, refetch, slow_offer
+from protocols.codec import encode_bundle
+from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+from swarm.bootstrap import start_bootstrap
+from swarm.hivemind_transport import HivemindTransport
+from swarm.receive import Delivery, decoded_bytes
+from tests.integration.conftest import peer_config
+
+pytestmark = pytest.mark.integration
+FP = "a" * 64
+BUDGET = 16  # the victim's tokens per completion, as a node with generation.max_new_tokens 16 sets it
+
+
+def record(peer: str, index: int, *, text: str = "<answer>7</answer>", tokens: int = 3) -> RolloutRecord:
+    comps = tuple(Completion(f"{text} {index}.{j}", tuple(range(5, 5 + tokens)), (-0.5,) * tokens, "stop", 1.0)
+                  for j in range(4))
+    return RolloutRecord(swarm="rlswarm", peer=peer, round=0, policy_version=0, created_at=time.time(),
+                         model=ModelInfo("tiny-qwen2", FP, 512), sampling=SamplingInfo(1.0, 1.0, 16),
+                         task=TaskRef("chain_sum", {"min_terms": 2}, 0, index), prompt=f"What is {index}?",
+                         completions=comps)
+
+
+@pytest.fixture
+def peers():
+    """A bootstrap and a factory of transports joined to it (all shut down at the end)."""
+    boot, maddrs = start_bootstrap(startup_timeout_s=120)
+    made: list[HivemindTransport] = []
+
+    def make(**kw) -> HivemindTransport:
+        t = HivemindTransport(cfg=peer_config(maddrs[:1], poll_interval_s=0.2, startup_timeout_s=120, **kw))
+        made.append(t)
+        return t
+    try:
+        yield make
+    finally:
+        for t in made:
+            t.shutdown()
+        boot.shutdown()
+
+
+def _wait(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _meet(victim: HivemindTransport, *others: HivemindTransport) -> None:
+    """Everyone announces itself (an empty bundle) and the victim sees them, so pushes go where they should."""
+    for t in (victim, *others):
+        t.publish([])
+    assert _wait(lambda: victim.peers_seen() >= len(others), 60), "the peers never saw each other"
+    for t in others:
+        assert _wait(lambda t=t: victim.peer_id in t.inbox.known_peers(), 60)
+
+
+def test_a_decode_bomb_is_dropped_while_decoding_and_never_waits_in_memory(peers):
+    victim, bomber = peers(backoff_s=0), peers()  # backoff 0: every bomb is fetched, none is spared by a backoff
+    victim.limit_completions(BUDGET)
+    _meet(victim, bomber)
+    victim.take()
+    bombs = [bomb_bundle(record(bomber.peer_id, k)) for k in range(6)]  # an honest record, four of 63 × 8192 tokens
+    assert all(len(data) < 16 << 10 for data, _ in bombs)  # kilobytes on the wire
+    rss0 = psutil.Process().memory_info().rss
+    for data, count in bombs:
+        publish_raw(bomber, data, count)
+        time.sleep(0.5)
+    got = _take_for(victim, 10)
+    grown = psutil.Process().memory_info().rss - rss0
+    tokens = sum(len(c.token_ids) for r in got.records for c in r.completions)
+    # before: the bomb records waited in the inbox, decoded: ~144 MiB of objects a bundle
+    assert tokens <= 6 * 4 * 3, tokens
+    assert got.drops["too_large"] + got.drops["completion_too_long"] >= 6, got.drops
+    assert grown < 64 << 20, f"RSS grew {grown / 2**20:.0f} MiB"
+
+
+def _take_for(t: HivemindTransport, seconds: float) -> Delivery:
+    """Everything `t` delivers within `seconds` (records and drops added up)."""
+    total = Delivery()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        d = t.take(min_records=10**9, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        total.records += d.records
+        total.drops.update(d.drops)
+    return total
+
+
+def test_what_waits_for_the_next_round_is_bounded_in_bytes_and_shared_fairly(peers):
+    victim, heavy, light = peers(max_pending_bytes=1 << 20), peers(), peers()
+    victim.limit_completions(64)  # completions within the budget are decoded, and wait for the next round
+    cap = victim.inbox.limits.pending_cap()  # 1 MiB, raised to one bundle at the decode caps: ≈ 5 MiB
+    _meet(victim, heavy, light)
+    victim.take()
+    publish_records(light, [record(light.peer_id, 0)])
+    for k in range(8):  # each ≈ 1.3 MiB decoded (32 records × 4 completions × 64 tokens): past the cap together
+        publish_records(heavy, [record(heavy.peer_id, 100 * k + i, tokens=64) for i in range(32)])
+        time.sleep(0.3)
+    assert _wait(lambda: victim.inbox.ready_count() >= 32, 30)
+    time.sleep(8)
+    got = victim.take()
+    held = decoded_bytes(got.records)
+    # before: every bundle waited (≈ 10 MiB decoded); now at most the cap, and the heavy peer lost its own oldest
+    assert held <= cap, (held, cap)
+    assert got.drops["inbox_full"] > 0, got.drops
+    assert light.peer_id in {r.peer for r in got.records}, "the light peer's bundle was displaced"
+
+
+def _fetch_counts(victim: HivemindTransport, since: float) -> Counter:
+    with victim.inbox.cond:
+        return Counter(p for t, p, _ in victim.inbox._fetch_log if t >= since)
+
+
+def test_one_peer_pushing_fast_cannot_take_the_honest_peers_fetches(peers):
+    """Two honest peers publish a bundle a second; a third, in good standing too, pushes ten a second (as a
+    client-mode peer, naming no address). The honest peers' share of the victim's fetches stays ≥ 2/3 − 10 %."""
+    victim = peers(notify_peers=8)
+    honest = [peers(), peers()]
+    pusher = peers()
+    _meet(victim, *honest, pusher)
+    for t in (*honest, pusher):  # all three in good standing, as if their records had been used
+        victim.inbox.standing.good(t.peer_id, time.time())
+
+    async def push_fast(stop: float) -> Counter:
+        answers, k = Counter(), 0
+        while time.time() < stop:
+            data = encode_bundle([record(pusher.peer_id, 10_000 + k)])
+            answers[(await offer(pusher, victim.peer_id, victim.inbox.addrs_of(victim.peer_id) or
+                                 victim.addrs.split(), data, 1))[:8]] += 1
+            k += 1
+            await asyncio.sleep(0.1)
+        return answers
+
+    start = time.time()
+    stop = start + 25
+    fut = asyncio.run_coroutine_threadsafe(push_fast(stop), pusher._loop)
+    k = 0
+    while time.time() < stop:
+        for h in honest:
+            publish_records(h, [record(h.peer_id, 1000 * k + hash(h.peer_id) % 1000)])
+        k += 1
+        victim.take()
+        for t in (*honest, pusher):
+            victim.inbox.standing.good(t.peer_id, time.time())
+        time.sleep(1.0)
+    answers = fut.result(30)
+    time.sleep(1)
+    counts = _fetch_counts(victim, start)
+    share = sum(counts[h.peer_id] for h in honest) / max(1, sum(counts.values()))
+    assert answers["ok"] > 0, answers  # the pusher was served too: this is a share, not a ban
+    # before: the pusher's claims took the whole window budget and the honest peers got what was left
+    assert share >= 2 / 3 - 0.10, (share, counts, answers)
+
+
+def test_stalled_pushes_of_one_peer_leave_download_slots_for_everyone_else(peers):
+    victim = peers(max_concurrent_fetches=4, fetch_timeout_s=40)
+    staller, client = peers(), peers()
+    _meet(victim, staller, client)
+    victim.inbox.standing.good(client.peer_id, time.time())
+    addrs = victim.addrs.split()
+
+    async def stall() -> list[str]:
+        offers = [slow_offer(staller, victim.peer_id, addrs, encode_bundle([record(staller.peer_id, 500 + i)]), 1,
+                             hold_s=30) for i in range(8)]
+        return list(await asyncio.gather(*offers))
+    stalled = asyncio.run_coroutine_threadsafe(stall(), staller._loop)
+    time.sleep(4)  # the stalled pushes are accepted (or refused) and hold what they hold
+    started = time.monotonic()
+    answer = asyncio.run_coroutine_threadsafe(
+        offer(client, victim.peer_id, addrs, encode_bundle([record(client.peer_id, 1)]), 1, timeout_s=20),
+        client._loop).result(30)
+    took = time.monotonic() - started
+    # before: eight stalled pushes held every slot, and the client's push waited until its own timeout
+    assert answer == "ok" and took < 10, (answer, took)
+    refused = victim.refused_streams()
+    assert refused["_handle_push:per_peer"] >= 6, refused
+    stalled.cancel()
+
+
+def test_a_requester_is_served_a_bundle_at_most_twice(peers):
+    publisher, leech, honest = peers(), peers(), peers()
+    _meet(publisher, leech, honest)
+    ann = publish_records(publisher, [record(publisher.peer_id, 0)])
+    addrs = publisher.addrs.split()
+    got = asyncio.run_coroutine_threadsafe(
+        refetch(leech, publisher.peer_id, addrs, ann.sha256, 20, "rlswarm"), leech._loop).result(60)
+    again = asyncio.run_coroutine_threadsafe(
+        refetch(leech, publisher.peer_id, addrs, ann.sha256, 3, "rlswarm"), leech._loop).result(60)
+    fair = asyncio.run_coroutine_threadsafe(
+        refetch(honest, publisher.peer_id, addrs, ann.sha256, 1, "rlswarm"), honest._loop).result(60)
+    # before: all 23 of the leech's fetches were served
+    assert Counter(got + again)["ok"] <= 2, Counter(got + again)
+    assert fair == ["ok"]  # another requester is served as before
+    refused = publisher.refused_streams()
+    assert refused["_handle_stream:per_peer"] >= 1 and refused["served:repeat"] >= 1, refused
