@@ -15,12 +15,16 @@ node has finished a round the clock starts:
              lets run 10 % of each second (SIGSTOP / SIGCONT) once it has finished a round: a machine
              ≈ 10× slower that takes no more of the shared core than that (nice would not do: each process
              here is its own session, and the kernel's autogroups make nice moot across sessions).
-A node, the bootstrap or the garbage sender that exits on its own is restarted 10 s later, as a
+With --attackers the disturbed phase also has the exhaustion attackers of bench/soak_roles.py (a decode
+bomber, a relay pushing honest records under its own id ten times a second, a staller, a leech, a dialer
+with 32 ghosts naming a tarpit, an unsigned-entry flooder, a name bloater: docs/BENCHMARKS.md §15B), from
+a tenth to 95 % of it, on CPU core 1 — other machines, as attackers are. A node, the bootstrap or the
+garbage sender that exits on its own is restarted 10 s later, as a
 supervisor would; the report counts it. RSS (main process + DHT child + p2pd, from /proc, each part and the total) is
 sampled every 5 s; round times, starts and drops come from each node's metrics.jsonl; tracebacks are counted
 in every log (the report: bench/soak_report.py).
 
-    python -m bench.soak [--minutes 60] [--out runs/soak] [--nodes 4] [--seed 0]
+    python -m bench.soak [--minutes 60] [--out runs/soak] [--nodes 4] [--seed 0] [--attackers]
 """
 
 from __future__ import annotations
@@ -44,14 +48,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SWARM_ID = "soak"
 SAMPLE_S = 5.0
+ATTACKERS = {"bomber": 2.0, "relay": 0.1, "staller": 30.0, "leech": 2.0, "dialer": 10.0, "flooder": 10.0,
+             "bloater": 5.0}  # bench/soak_roles.py role → its --period-s
 _MADDR = re.compile(r"^(/ip4/\S+/p2p/\S+)$", re.M)
 
 
 class Role:
     """One process that may live several lives (kill -9 + restart, leave + rejoin)."""
 
-    def __init__(self, name: str, cmd: list[str], log: Path):
-        self.name, self.cmd, self.log = name, cmd, log
+    def __init__(self, name: str, cmd: list[str], log: Path, core: int = 0):
+        self.name, self.cmd, self.log, self.core = name, cmd, log, core
         self.proc: subprocess.Popen | None = None
         self.lives: list[dict] = []
 
@@ -59,7 +65,8 @@ class Role:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as fh:  # core 0, as this process (and, inherited, all that the child starts)
             self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+                                         start_new_session=True,
+                                         preexec_fn=lambda: os.sched_setaffinity(0, {self.core % os.cpu_count()}),
                                          env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
         self.lives.append({"pid": self.proc.pid, "start": time.time(), "end": None, "how": None})
         self.rows_at_start = len(metrics_rows(self.log.parent))  # a node has finished a round once this grows
@@ -207,10 +214,11 @@ def metrics_rows(out: Path) -> list[dict]:
     return rows
 
 
-def schedule(quiet_s: float, total_s: float, kill_every_s: float) -> list:
+def schedule(quiet_s: float, total_s: float, kill_every_s: float, attackers: bool = False) -> list:
     """(time from the start of the quiet phase, action, target) for the disturbed phase."""
     d = total_s - quiet_s
-    ev = [(quiet_s + f * d, a, t) for f, a, t in [
+    ev = [(quiet_s + f * d, a, t) for f, a, t in [*([(0.10, "join", a) for a in ATTACKERS]
+                                                     + [(0.95, "leave", a) for a in ATTACKERS] if attackers else []),
         (0.05, "join", "slow"), (0.30, "leave", "slow"), (0.55, "join", "slow"), (0.75, "leave", "slow"),
         (0.20, "join", "garbage"), (0.40, "leave", "garbage"), (0.65, "join", "garbage"), (0.85, "leave", "garbage"),
         (0.15, "ghost", "ghost"), (0.50, "ghost", "ghost"), (0.80, "ghost", "ghost"),
@@ -239,6 +247,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill draws")
     ap.add_argument("--out", default="runs/soak", help="logs, metrics, checkpoints (a previous soak's is replaced)")
     ap.add_argument("--name", default="soak", help="results file bench/results/<name>.json")
+    ap.add_argument("--attackers", action="store_true", help="the exhaustion attackers join the disturbed phase")
     args = ap.parse_args(argv)
     if not 2 <= args.minutes <= 24 * 60:
         ap.error(f"--minutes {args.minutes:g}: must be between 2 and 1440")
@@ -303,7 +312,9 @@ def main(argv: list[str] | None = None) -> None:
         raise
     startup_s = time.monotonic() - t_up
     total_s, quiet_s = args.minutes * 60, args.quiet_minutes * 60
-    events = schedule(quiet_s, total_s, args.kill_every_s)
+    events = schedule(quiet_s, total_s, args.kill_every_s, args.attackers)
+    for a, period in ATTACKERS.items() if args.attackers else ():  # other machines: core 1
+        roles[a] = Role(a, hostile + [a, *peer_args, "--period-s", str(period)], out / f"{a}.log", core=1)
     t0_wall, t0 = time.time(), time.monotonic()
     print(f"soak: all nodes up after {startup_s:.0f} s; quiet {fmt_s(quiet_s)}, then {len(events)} events "
           f"until {fmt_s(total_s)}", flush=True)
@@ -407,7 +418,8 @@ def main(argv: list[str] | None = None) -> None:
 
     run = {"startup_s": startup_s, "t0": t0_wall, "quiet_s": quiet_s, "total_s": total_s, "events": done,
            "restarts": restarts, "lives": {n: r.lives for n, r in roles.items()},
-           "log_sizes_at_disturbed": log_sizes_at_disturbed or {}, "maddr": maddr, "nodes": names[:-1]}
+           "log_sizes_at_disturbed": log_sizes_at_disturbed or {}, "maddr": maddr, "nodes": names[:-1],
+           "attackers": sorted(ATTACKERS) if args.attackers else []}
     (out / "run.json").write_text(json.dumps({"args": vars(args), "run": run}))  # python -m bench.soak_report OUT
     report(out, args, run)
 

@@ -1,6 +1,7 @@
 """The report of bench/soak.py: everything computed from the run's directory (metrics.jsonl, rss.jsonl, logs).
 
-Per node and phase: round time p50/p95, rounds, peers' groups trained on, drops by reason, RSS slope
+Per node and phase: round time p50/p95, rounds, peers' groups trained on, drops by reason, what the transport
+refused (streams, repeat serves, dials), RSS slope
 (% per hour, least squares over the samples of one process life, the first WARMUP_S of a life left out);
 per restart: resumed or fresh, rounds lost beyond the interrupted one; tracebacks per log and phase.
 """
@@ -120,11 +121,14 @@ def node_phases(rows: list[dict], t0: float, quiet_s: float, total_s: float) -> 
         sel = [m for m in rows if lo <= m["time"] < hi]
         rs = [m["round_s"] for m in sel]
         drops: Counter = Counter()
+        refused: Counter = Counter()
         for m in sel:
             drops.update(m.get("drops") or {})
+            refused.update(m.get("refused") or {})
         out[phase] = {"rounds": len(sel), "round_p50_s": pct(rs, 0.5), "round_p95_s": pct(rs, 0.95),
                       "round_max_s": max(rs, default=None),
-                      "groups_external": sum(m.get("groups_external", 0) for m in sel), "drops": dict(drops)}
+                      "groups_external": sum(m.get("groups_external", 0) for m in sel), "drops": dict(drops),
+                      "refused": dict(refused)}
     return out
 
 
@@ -148,6 +152,20 @@ def restarts_of(name: str, rows: list[dict], lives: list[dict]) -> list[dict]:
     return res
 
 
+def memory_goal(out: Path, run: dict, quiet_s: float) -> dict:
+    """lab-0 (never killed): its highest RSS in the disturbed phase over its median RSS in the last third of the
+    quiet phase (MiB, as rss.jsonl records them); the goal: at most 64 MiB more."""
+    name = run["nodes"][0]
+    samples = [(r["t"], r["rss_mb"]) for r in read_jsonl(out / "rss.jsonl") if r["name"] == name and r["life"] == 0]
+    quiet = [y for t, y in samples if 2 * quiet_s / 3 <= t < quiet_s]
+    disturbed = [y for t, y in samples if t >= quiet_s]
+    if not quiet or not disturbed:
+        return {"met": False, "why": "no samples"}
+    grown = max(disturbed) - statistics.median(quiet)
+    return {"met": grown <= 64, "node": name, "quiet_median_mb": round(statistics.median(quiet), 1),
+            "disturbed_max_mb": round(max(disturbed), 1), "grown_mb": round(grown, 1)}
+
+
 def report(out: Path, args, run: dict) -> dict:
     t0, quiet_s, total_s = run["t0"], run["quiet_s"], run["total_s"]
     nodes = run["nodes"] + ["slow"]
@@ -163,7 +181,8 @@ def report(out: Path, args, run: dict) -> dict:
               for n in run["nodes"] if per_node[n]["quiet"]["round_p95_s"] and per_node[n]["disturbed"]["round_p95_s"]}
     judged = [r for r in rss if r["phase"] == "life" and r["growth_pct_per_h"] is not None and r["fit_min"] * 60 >= GOAL_FIT_S]
     worst_rss = max(judged, key=lambda r: r["growth_pct_per_h"], default=None)
-    n_tb = sum(v["quiet"] + v["disturbed"] for v in tbs.values())
+    attackers = set(run.get("attackers", []))  # their own logs are reported, not judged: they are not our nodes
+    n_tb = sum(v["quiet"] + v["disturbed"] for k, v in tbs.items() if k.split(".")[0] not in attackers)
     node_restarts = [r for r in restarts if r["resumed"] is not None]  # lives that finished a round
     no_round = [r for r in restarts if r["resumed"] is None and r["life_ended_by"] != "sigint_at_end"]
     lost = [r["rounds_lost_beyond_interrupted"] for r in node_restarts if r["rounds_lost_beyond_interrupted"] is not None]
@@ -179,6 +198,7 @@ def report(out: Path, args, run: dict) -> dict:
                                   "starts_that_finished_no_round": len(no_round),
                                   "rounds_lost_beyond_interrupted": {"total": sum(lost), "max": max(lost, default=None)}},
         "zero_tracebacks": {"met": n_tb == 0, "tracebacks": n_tb},
+        "memory_within_64mib_of_quiet": memory_goal(out, run, quiet_s),
     }
     payload = {"args": {k: v for k, v in vars(args).items()}, "startup_s": round(run["startup_s"], 1),
                "quiet_s": quiet_s, "total_s": total_s, "maddr": run["maddr"], "goals": goals,
