@@ -117,7 +117,9 @@ def test_answer_tag_spam_is_not_verified_for_seconds(swarm):
     node = swarm[2]
     spam = Completion("<answer>" * 16384, (5, 6, 7, 8), (-0.5,) * 4, "length")
     m = _round_against(swarm, 2, [_record(node, swarm[1], 2, [spam] * 4)])
-    assert m["drops"] == {"ids_text_mismatch": 1}, m
+    # 131,072 characters for 4 tokens: over 128 characters per token of our budget, dropped while decoding
+    # (before the decode-time bound it reached ingest and was dropped as ids_text_mismatch)
+    assert m["drops"] == {"completion_too_long": 1}, m
     assert m["round_s"] < 60, m  # before: > 160 s of regex for these four completions
 
 
