@@ -91,12 +91,15 @@ def scope_of(addr: str) -> str:
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: reachable like a private network
 
 
-def dialable_scopes(own: Iterable[str]) -> frozenset[str]:
-    """The scopes a receiver dials, given its own addresses (listen, announced, and its initial peers'): a node
-    on loopback alone dials only loopback addresses (its peers can only be on its own host); any other node
-    dials public addresses and names, and private ones only when it has a private address itself — never
-    loopback (a loopback address from a peer on another host names a service of ours), nor NEVER."""
-    scopes = {scope_of(a) for a in own} - {NEVER}
-    if not scopes or scopes == {LOOPBACK}:
-        return frozenset({LOOPBACK}) if scopes else frozenset({PUBLIC, NAME})
-    return frozenset({PUBLIC, NAME} | ({PRIVATE} if PRIVATE in scopes or NAME in scopes else set()))
+def dialable_scopes(own: Iterable[str], network: Iterable[str] = ()) -> frozenset[str]:
+    """The scopes a receiver dials, from its own addresses (what it listens on or announces) and its network's (its
+    initial peers'): loopback ones only while it listens on loopback alone (its peers' loopback addresses are then
+    on its own host; from a node that listens elsewhere, a loopback address a peer names would be a service of
+    ours), and nothing else when the whole network it knows is loopback; otherwise public addresses and names, and
+    private ones when it or its network has a private address or a name. NEVER, never."""
+    mine = {scope_of(a) for a in own} - {NEVER}
+    known = mine | ({scope_of(a) for a in network} - {NEVER})
+    if known and known <= {LOOPBACK}:
+        return frozenset({LOOPBACK})
+    out = {PUBLIC, NAME} | ({LOOPBACK} if mine and mine <= {LOOPBACK} else set())
+    return frozenset(out | ({PRIVATE} if PRIVATE in known or NAME in known else set()))

@@ -80,8 +80,8 @@ MAX_TARGETS = 4096  # addresses remembered (the oldest forgotten first)
 class DialPolicy:
     """Which announced addresses to dial now (module docstring). Runs on the transport's event loop."""
 
-    def __init__(self, own_addrs: Iterable[str], clock: Callable[[], float] = time.monotonic):
-        self.scopes = dialable_scopes(own_addrs)
+    def __init__(self, own_addrs: Iterable[str], network: Iterable[str] = (), clock: Callable[[], float] = time.monotonic):
+        self.scopes = dialable_scopes(own_addrs, network)
         self.clock = clock
         self.stats: Counter = Counter()  # dialled / scope / waiting / rate: addresses, by what was decided
         self._targets: OrderedDict[str, tuple[float, int, float]] = OrderedDict()  # addr → (wait until, failures, ok at)

@@ -130,7 +130,7 @@ class HivemindTransport(StreamHandlers):
         if not self.cfg.client_mode:  # a client-mode p2pd has no address to name
             self.addrs = encode_addrs(visible)
         # which announced addresses we dial: those of our own network's scopes, rate-limited (swarm.dial)
-        self.dials = DialPolicy([*visible, *self.cfg.announce_maddrs, *self.cfg.initial_peers])
+        self.dials = DialPolicy([*visible, *self.cfg.announce_maddrs], self.cfg.initial_peers)
         await self._add_handlers()  # swarm.handlers
         self._poller = asyncio.create_task(self._poll_forever())
 

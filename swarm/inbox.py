@@ -72,7 +72,7 @@ class Inbox:
         self._candidates: dict[str, list[Announcement]] = {}  # peer → valid unfetched announcements, newest first
         self._fetch_log: deque[tuple[float, str, bool]] = deque()  # (start, peer, not in good standing) within max_age_s
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
-        self._peers: dict[str, float] = {}  # peer → created_at of its newest valid announcement
+        self._peers: dict[str, float] = {}  # peer → when it last announced: created_at, at most our clock then
         self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
         self._pending = Pending(limits.pending_cap())  # decoded records waiting for the node's take
         self._decoding = threading.Lock()  # one bundle decoded at a time: its transient memory is one bundle's

@@ -70,13 +70,15 @@ def _readme_join(tmp: Path, launch: Launch, *, boot_host: str, boot_args: list[s
             "--maddrs-file", str(peers_file)], boot_log), boot_log))
         found = read_peers(str(peers_file), wait_s=120)
         assert found.swarm_id == "my-project" and found.maddrs, peers_file.read_text()
-        for name, (host, flags) in nodes.items():
+        for k, (name, (host, flags)) in enumerate(nodes.items()):
             (tmp / name).mkdir()
             log = tmp / name / "node.log"
+            # each its own seed, as the README asks: nodes with the same model and seed generate the same groups,
+            # and a peer trains on a group once (the second copy is a duplicate)
             children.append(Child(name, launch(host, CLI + [
                 "node", "--config", "examples/tiny-swarm.yaml", "--initial-peers-file", str(peers_file),
-                "--identity", str(tmp / f"{name}.key"), *flags, "--out", str(tmp / name), "--rounds", "1000"],
-                log), log))
+                "--identity", str(tmp / f"{name}.key"), *flags, "--out", str(tmp / name), "--rounds", "1000",
+                "--set", f"seed={k + 1}", "--set", f"tasks.seed={k + 1}"], log), log))
         ids: dict[str, str] = {}
         deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
         while True:

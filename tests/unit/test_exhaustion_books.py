@@ -164,6 +164,11 @@ def test_a_public_node_never_dials_loopback_link_local_or_private_addresses():
                         "/ip4/0.0.0.0/tcp/1", "/ip4/8.8.8.8/tcp/4001"]) == ["/ip4/8.8.8.8/tcp/4001"]
     private = DialPolicy(["/ip4/10.0.0.2/tcp/4001"], clock=lambda: 0.0)
     assert _pick(private, ["/ip4/10.0.0.3/tcp/4001", "/ip4/127.0.0.1/tcp/1"]) == ["/ip4/10.0.0.3/tcp/4001"]
+    # a node on loopback alone that joined through a bootstrap at its host's network address: its peers on the
+    # host announce loopback addresses, and the network's private ones are dialled too
+    local = DialPolicy(["/ip4/127.0.0.1/tcp/4001"], ["/ip4/10.0.0.2/tcp/31337/p2p/QmBoot"], clock=lambda: 0.0)
+    assert _pick(local, ["/ip4/127.0.0.1/tcp/5", "/ip4/10.0.0.3/tcp/4001", "/ip4/169.254.169.254/tcp/80"]) == [
+        "/ip4/127.0.0.1/tcp/5", "/ip4/10.0.0.3/tcp/4001"]
 
 
 def test_dials_to_new_addresses_are_rate_limited_and_a_failed_one_waits():
