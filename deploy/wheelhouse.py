@@ -18,7 +18,7 @@ Before it ends it checks the folder the way the box will use it: pip resolves th
 folder alone (`--no-index`, no pip configuration) beside the same stand-in. The folder also gets
 `requirements.txt` (what it holds, pinned) and `INSTALL.txt` (the command for the box). Progress is printed
 step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default ~/.cache/rlswarm/wheels),
-and pure wheels built here under its built/ (a later run takes those before a newer source-only release).
+and wheels built here under its built*/ (a later run takes those before a newer source-only release).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from boxpip import Box, Missing, build_requires, fetch, is_pure, requires_dist, 
 PROJECT = "rlswarm-node"
 ROOT = Path(__file__).resolve().parents[1]
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+HERE_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}-{platform.machine()}"
 ARCHES = ("x86_64", "aarch64")
 FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)")
 HOW = "write it on the box with: python3 -m pip list --format=freeze > box.txt"
@@ -101,9 +102,9 @@ def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: P
         wheel = next(wheels.glob(f"{str(name).replace('-', '_')}-{version}-*.whl"))
         if is_pure(wheel.name) or fits_here:
             shutil.copy(wheel, built)
-            if is_pure(wheel.name):
-                (cache / "built").mkdir(parents=True, exist_ok=True)
-                shutil.copy(wheel, cache / "built")
+            kept = cache / ("built" if is_pure(wheel.name) else f"built-{HERE_TAG}")
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy(wheel, kept)
             say(f"  {name} {version}: built here into {wheel.name}")
         else:
             sources[str(name)] = (str(version), requires_dist(wheel), sdist)
@@ -113,8 +114,9 @@ def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: P
 def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[dict], dict, list[str]]:
     """The report items of what the box needs, the sources it builds, and the build tools those declare."""
     ours = str(next(built.glob("rlswarm_node-*.whl")))
-    for kept in (cache / "built").glob("*.whl"):  # pure wheels an earlier run built here from sources
-        shutil.copy(kept, built)
+    fits_here = box.python == HERE and box.arch == platform.machine()
+    for kept in [*(cache / "built").glob("*.whl"), *((cache / f"built-{HERE_TAG}").glob("*.whl") if fits_here else [])]:
+        shutil.copy(kept, built)  # wheels an earlier run built here from sources: pure, or for this Python and CPU
     present = {n: (v, []) for n, v in box.present.items() if n != canonicalize_name(PROJECT)}
     sources: dict[str, tuple[str, list[str], Path]] = {}
     say(f"looking for what is published only as source ({time.perf_counter() - started:.0f} s)")

@@ -44,12 +44,18 @@ def listed(text: str) -> dict[str, str]:
     return {_canon(n): v for n, v in (ln.split("==", 1) for ln in text.splitlines() if "==" in ln)}
 
 
-def wheelhouse(box_list: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory) -> Path:
+    """The wheelhouse's cache for these tests alone: the first builds the source-only ones, the second reuses."""
+    return tmp_path_factory.mktemp("swarm-cache")
+
+
+def wheelhouse(box_list: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     return sh(sys.executable, ROOT / "deploy" / "wheelhouse.py", "--present-from", box_list, "--out", out, *extra,
-              timeout=900)
+              env=dict(os.environ, SWARM_CACHE_DIR=str(cache)), timeout=900)
 
 
-def test_a_box_with_other_transformers_and_peft_installs_offline_and_runs_a_node(tmp_path):
+def test_a_box_with_other_transformers_and_peft_installs_offline_and_runs_a_node(tmp_path, kept):
     ours = {n: md.version(n) for n in BOX}
     assert ours["transformers"] != BOX["transformers"] and ours["peft"] != BOX["peft"], ours
     box = tmp_path / "box"
@@ -61,9 +67,10 @@ def test_a_box_with_other_transformers_and_peft_installs_offline_and_runs_a_node
     had = listed((tmp_path / "box.txt").read_text())
     assert had["transformers"] == "4.57.6" and "pydantic" not in had and "rich" not in had
 
-    built = wheelhouse(tmp_path / "box.txt", tmp_path / "wheelhouse")
+    built = wheelhouse(tmp_path / "box.txt", tmp_path / "wheelhouse", kept)
     assert built.returncode == 0, built.stderr[-3000:]
     assert "[1/" in built.stdout and "checking the folder" in built.stdout  # progress, and the offline check ran
+    assert "built here into varint-1.0.2-py3-none-any.whl" in built.stdout  # an empty cache: built, not reused
     held = listed((tmp_path / "wheelhouse" / "requirements.txt").read_text())
     assert {"pydantic", "rich", "hivemind", "reasoning-gym", "rlswarm-node"} <= held.keys()
     assert not held.keys() & had.keys()  # nothing the box has at a version that serves
@@ -101,14 +108,15 @@ def python312() -> Path | None:
     return None
 
 
-def test_a_wheelhouse_for_another_python_holds_universal_wheels_and_pycosat_with_its_build_tools(tmp_path):
+def test_a_wheelhouse_for_another_python_holds_universal_wheels_and_pycosat_with_its_build_tools(tmp_path, kept):
     """The box has everything .venv has but hivemind and reasoning-gym and what only they pull in."""
     gone = {"rlswarm-node", "hivemind", "reasoning-gym", "pydantic", "pydantic-core", "pycosat", "py-cid",
             "py-multibase", "py-multihash", "py-multicodec", *SOURCE_ONLY}
     freeze = sh(sys.executable, "-m", "pip", "list", "--format=freeze").stdout.splitlines()
     (tmp_path / "box.txt").write_text("\n".join(ln for ln in freeze if _canon(ln.split("==")[0]) not in gone) + "\n")
-    built = wheelhouse(tmp_path / "box.txt", tmp_path / "w312", "--python-version", "3.12")
+    built = wheelhouse(tmp_path / "box.txt", tmp_path / "w312", kept, "--python-version", "3.12")
     assert built.returncode == 0, built.stderr[-3000:]
+    assert "pycosat 0.6.6: a C extension; its source goes in" in built.stdout
     w = tmp_path / "w312"
     files = sorted(p.name for p in w.iterdir())
     for name in SOURCE_ONLY:
