@@ -37,7 +37,7 @@ import urllib.parse
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name, parse_sdist_filename
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,7 +99,7 @@ def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: P
     fits_here = box.python == HERE and box.arch == platform.machine()
     for sdist in new:
         name, version = parse_sdist_filename(sdist.name)
-        wheel = next(wheels.glob(f"{str(name).replace('-', '_')}-{version}-*.whl"))
+        wheel = next(w for w in wheels.glob("*.whl") if parse_wheel_filename(w.name)[:2] == (name, version))
         if is_pure(wheel.name) or fits_here:
             shutil.copy(wheel, built)
             kept = cache / ("built" if is_pure(wheel.name) else f"built-{HERE_TAG}")

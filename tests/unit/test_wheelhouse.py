@@ -110,8 +110,8 @@ def test_pip_keeps_what_the_box_has_and_evaluates_markers_for_the_box(tmp_path):
     for python in ("3.11", "3.13"):
         work = tmp_path / python
         work.mkdir()
-        box = boxpip.Box(python, "x86_64", 34, {"lib": "1.0", "kept": "0.1"}, work)
-        items = box.resolve(["app"], {"lib": ("1.0", []), "kept": ("0.1", [])}, [links], offline=True)
+        box = boxpip.Box(python, "x86_64", 34, {"lib": "1.0", "kept": "0.1+cu130"}, work)
+        items = box.resolve(["app"], {"lib": ("1.0", []), "kept": ("0.1+cu130", [])}, [links], offline=True)
         picked[python] = sorted(i["metadata"]["name"] for i in items)
     assert picked == {"3.11": ["app", "lib", "oldpy"], "3.13": ["app", "lib", "newpy"]}
 
