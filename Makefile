@@ -43,12 +43,17 @@ demo-live: setup
 demo-solo: setup
 	$(SWARM) node --config examples/lab-solo.yaml --out runs/lab-solo
 
-# wheels for a machine without network that has torch, transformers and peft (deploy/wheelhouse.py);
-# there: pip install --no-index --find-links wheelhouse rlswarm-node
-PRESENT ?= torch transformers peft
+# wheels for a Linux machine without network (deploy/wheelhouse.py), beside what it already has, from the box itself:
+#   there: python3 -m pip list --format=freeze > box.txt      (and python3 --version, uname -m, ldd --version)
+#   here:  make wheelhouse PRESENT_FROM=box.txt TARGET_PYTHON=3.12 [TARGET_ARCH=aarch64] [TARGET_GLIBC=2.28]
+#   there: python3 -m pip install --no-index --find-links wheelhouse rlswarm-node
+PRESENT_FROM ?=
 TARGET_PYTHON ?= $(shell $(PY) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
+TARGET_ARCH ?= x86_64
+TARGET_GLIBC ?= 2.34
 wheelhouse: setup
-	$(PY) deploy/wheelhouse.py --out wheelhouse --python-version $(TARGET_PYTHON) --present $(PRESENT)
+	$(if $(PRESENT_FROM),,$(error say what the box has: PRESENT_FROM=box.txt, written there by: python3 -m pip list --format=freeze > box.txt))
+	$(PY) deploy/wheelhouse.py --out wheelhouse --present-from $(PRESENT_FROM) --python-version $(TARGET_PYTHON) --arch $(TARGET_ARCH) --glibc $(TARGET_GLIBC)
 
 test: setup vllm-setup browser
 	$(PY) -m pytest tests --ignore=tests/vllm $(PYTEST_ARGS)

@@ -1,147 +1,255 @@
-"""`make wheelhouse`: the wheels a machine without network needs to install this project, when it already
-has torch, transformers and peft (a GPU box or an air-gapped cluster usually does).
+"""`make wheelhouse`: the wheels a Linux machine without network needs to install this project beside what
+it already has (a GPU box or an air-gapped cluster usually has torch, transformers and peft).
 
-    .venv/bin/python deploy/wheelhouse.py [--out wheelhouse] [--python-version 3.12] [--present NAME ...]
+    on the box:  python3 -m pip list --format=freeze > box.txt
+    here:        .venv/bin/python deploy/wheelhouse.py --present-from box.txt [--python-version 3.12]
+                     [--arch x86_64|aarch64] [--glibc 2.34] [--out wheelhouse]
+    on the box:  python3 -m pip install --no-index --find-links wheelhouse rlswarm-node
 
-What goes in: the project's own wheel, and every distribution the project requires (recursively, from
-the installed metadata of `.venv`, at the versions installed there) that is not already required by
-what the target has (`--present`, default torch transformers peft: those and everything they pull in
-are left out; ≈ 104 MiB for Python 3.11; name more, e.g. `--present torch transformers peft scipy
-matplotlib`, for a box that has them too: ≈ 47 MiB). Each is fetched as a wheel for the target Python (`--python-version`,
-default this interpreter's; Linux x86-64 manylinux) with `pip download --only-binary`; a distribution
-published only as source (pycosat, a C extension reasoning-gym requires) is built into a wheel here when
-the target Python is this one, otherwise its source archive goes in together with setuptools and wheel,
-and pip builds it on the target (a C compiler is needed there). On the target:
+What goes in is what pip on the box would install: pip resolves the project here for the box's Python, CPU
+and C library (manylinux wheels), beside a stand-in of the box's own environment that holds every
+distribution box.txt lists, at the box's versions (deploy/boxpip.py). Those stay out unless the project
+needs another version of one; nothing the box lacks is left out. A distribution published only as source
+is built into a wheel here: a pure-Python one (py3-none-any) installs on any Python; a C extension (pycosat,
+which reasoning-gym requires) built here fits only a box with this machine's Python and CPU, so for another
+its source goes in with the build tools it declares, and pip builds it on the box (a C compiler is needed).
 
-    pip install --no-index --find-links wheelhouse rlswarm-node
-
-The folder also gets `requirements.txt` (what is in it, pinned) and `INSTALL.txt` (that command).
-Progress is printed per distribution (k/N); the total size at the end.
+Before it ends it checks the folder the way the box will use it: pip resolves the project again from the
+folder alone (`--no-index`, no pip configuration) beside the same stand-in. The folder also gets
+`requirements.txt` (what it holds, pinned) and `INSTALL.txt` (the command for the box). Progress is printed
+step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default ~/.cache/rlswarm/wheels),
+and wheels built here under its built*/ (a later run takes those before a newer source-only release).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from boxpip import Box, Missing, build_requires, fetch, is_pure, requires_dist, tail  # noqa: E402
 
 PROJECT = "rlswarm-node"
-PRESENT = ["torch", "transformers", "peft"]  # what the target already has (with everything they require)
-LIMIT_MIB = 64  # what one copy to the project's test GPU box carries
-PLATFORMS = ["manylinux_2_34", "manylinux_2_31", "manylinux_2_28", "manylinux_2_27", "manylinux_2_24",
-             "manylinux_2_17", "manylinux2014", "manylinux1"]
-BUILD_TOOLS = ["setuptools", "wheel"]  # to build a source-only distribution on the target
+ROOT = Path(__file__).resolve().parents[1]
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+HERE_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}-{platform.machine()}"
+ARCHES = ("x86_64", "aarch64")
+FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)")
+HOW = "write it on the box with: python3 -m pip list --format=freeze > box.txt"
+SOURCE = (".tar.gz", ".zip")
 
 
-def canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def say(text: str) -> None:
+    print(f"wheelhouse: {text}", flush=True)
 
 
-def closure(roots: list[str]) -> dict[str, str]:
-    """Installed distributions the roots require, recursively (markers evaluated, no extras): name → version."""
-    found: dict[str, str] = {}
-    todo = [canon(r) for r in roots]
-    while todo:
-        name = todo.pop()
-        if name in found:
+def read_present(path: Path) -> dict[str, str]:
+    """`pip list --format=freeze` output → canonical name → version; ValueError names a line it cannot read."""
+    present = {}
+    for k, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
             continue
+        m = FREEZE_LINE.fullmatch(line)
+        if not m:
+            raise ValueError(f"{path} line {k} is not NAME==VERSION: {line[:60]!r} ({HOW})")
         try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue  # optional or platform-specific, not installed here
-        found[name] = dist.version
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(canon(req.name))
-    return found
+            Version(m[2])
+        except InvalidVersion:
+            say(f"{path} line {k}: {m[2]!r} is no version pip can compare; {m[1]} counts as absent")
+            continue
+        present[canonicalize_name(m[1])] = m[2]
+    if not present:
+        raise ValueError(f"{path} lists no NAME==VERSION line ({HOW})")
+    return present
 
 
-def needed(present: list[str]) -> dict[str, str]:
-    """What the wheelhouse must hold: the project's closure minus what the target's `present` ones bring."""
-    ours = closure([PROJECT])
-    ours.pop(PROJECT, None)
-    there = closure(present)
-    return {n: v for n, v in sorted(ours.items()) if n not in there}
+def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: Path) -> None:
+    """Requirements with no wheel for the box: their sources, built here in one go. A pure one becomes a wheel
+    for any Python (into `built`, and kept in `cache`); a C extension one fits only this Python and CPU (else it
+    goes to `sources`: name → version, requirements, source archive)."""
+    sdists, wheels = box.work / "sdists", box.work / "wheels"
+    before = set(sdists.glob("*")) if sdists.is_dir() else set()
+    pip_here = [sys.executable, "-m", "pip", "-q"]
+    say(f"  published only as source: {' '.join(reqs)}; building wheels here")
+    got = subprocess.run([*pip_here, "download", "--no-deps", "--no-binary=:all:", "--python-version", box.python,
+                          "-d", str(sdists), *reqs], capture_output=True, text=True)
+    new = sorted(set(sdists.glob("*")) - before) if sdists.is_dir() else []
+    if got.returncode != 0 or len(new) != len(reqs):
+        raise RuntimeError(f"{' '.join(reqs)}: no wheel for Python {box.python} on linux {box.arch} (glibc "
+                           f"2.{box.glibc_minor}), and no source pip could fetch: {tail(got.stderr)}")
+    made = subprocess.run([*pip_here, "wheel", "--no-deps", "-w", str(wheels), *map(str, new)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise RuntimeError(f"could not build {' '.join(p.name for p in new)} here: {tail(made.stderr)}")
+    fits_here = box.python == HERE and box.arch == platform.machine()
+    for sdist in new:
+        name, version = parse_sdist_filename(sdist.name)
+        wheel = next(w for w in wheels.glob("*.whl") if parse_wheel_filename(w.name)[:2] == (name, version))
+        if is_pure(wheel.name) or fits_here:
+            shutil.copy(wheel, built)
+            kept = cache / ("built" if is_pure(wheel.name) else f"built-{HERE_TAG}")
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy(wheel, kept)
+            say(f"  {name} {version}: built here into {wheel.name}")
+        else:
+            sources[str(name)] = (str(version), requires_dist(wheel), sdist)
+            say(f"  {name} {version}: a C extension; its source goes in and the box builds it (needs a C compiler)")
 
 
-def pip(*args: str) -> bool:
-    return subprocess.run([sys.executable, "-m", "pip", *args, "-q"], capture_output=True, text=True).returncode == 0
+def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[dict], dict, list[str]]:
+    """The report items of what the box needs, the sources it builds, and the build tools those declare."""
+    ours = str(next(built.glob("rlswarm_node-*.whl")))
+    fits_here = box.python == HERE and box.arch == platform.machine()
+    for kept in [*(cache / "built").glob("*.whl"), *((cache / f"built-{HERE_TAG}").glob("*.whl") if fits_here else [])]:
+        shutil.copy(kept, built)  # wheels an earlier run built here from sources: pure, or for this Python and CPU
+    present = {n: (v, []) for n, v in box.present.items() if n != canonicalize_name(PROJECT)}
+    sources: dict[str, tuple[str, list[str], Path]] = {}
+    say(f"looking for what is published only as source ({time.perf_counter() - started:.0f} s)")
+    first = box.resolve([ours], present, [built], sources_too=True)
+    only_source = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in first
+                   if not i["download_info"]["url"].split("#")[0].endswith(".whl")]
+    if only_source:
+        from_sources(only_source, box, built, sources, cache)
+    for attempt in range(1, 21):
+        say(f"resolving for Python {box.python} on linux {box.arch} beside the box's {len(present)} distributions "
+            f"(pass {attempt}, {time.perf_counter() - started:.0f} s)")
+        try:
+            items = box.resolve([ours], present | {n: (v, r) for n, (v, r, _) in sources.items()}, [built])
+            break
+        except Missing as m:  # no wheel for the box where the first look (this machine's) found one
+            from_sources([str(m)], box, built, sources, cache)
+    else:
+        raise RuntimeError("20 passes and still a distribution with no wheel: giving up")
+    tools = sorted({r for _, _, sdist in sources.values() for r in build_requires(sdist)})
+    if tools:  # pip builds those on the box in an environment of their own that holds only their build tools
+        say(f"resolving the build tools of {' '.join(sources)}: {' '.join(tools)}")
+        items += box.resolve(tools, {}, [built])
+    return items, sources, tools
 
 
-def fetch(name: str, version: str, out: Path, target: str) -> str:
-    """'wheel', 'built' or 'sdist' (how it went in); raises RuntimeError if none worked."""
-    cross = target != f"{sys.version_info.major}.{sys.version_info.minor}"
-    plat = ["--python-version", target, "--implementation", "cp"] + \
-        [a for p in PLATFORMS for a in ("--platform", f"{p}_x86_64")] if cross else []
-    if pip("download", "--no-deps", "--only-binary=:all:", *plat, "-d", str(out), f"{name}=={version}"):
-        return "wheel"
-    if not cross and pip("wheel", "--no-deps", "-w", str(out), f"{name}=={version}"):
-        return "built"
-    if pip("download", "--no-deps", "--no-binary=:all:", "-d", str(out), f"{name}=={version}"):
-        return "sdist"
-    raise RuntimeError(f"could not get {name}=={version} as a wheel or a source archive")
+def collect(items: list[dict], sources: dict, out: Path, cache: Path) -> dict[str, str]:
+    """Every resolved distribution (and the sources) into `out`, with progress; returns name → version."""
+    held, todo = {}, {}
+    for item in items:
+        meta, info = item["metadata"], item["download_info"]
+        name = canonicalize_name(meta["name"])
+        if name not in held:
+            held[name] = meta["version"]
+            todo[name] = (info["url"].split("#")[0], info.get("archive_info", {}).get("hashes", {}).get("sha256"))
+    for name, (version, _, sdist) in sources.items():
+        held[canonicalize_name(name)] = version
+        shutil.copy(sdist, out)
+    t0, size = time.perf_counter(), 0
+    for k, (url, sha256) in enumerate(todo.values(), 1):
+        dest = out / urllib.parse.unquote(url.rsplit("/", 1)[1])
+        fetch(url, sha256, dest, cache)
+        size += dest.stat().st_size
+        spent = time.perf_counter() - t0
+        say(f"[{k}/{len(todo)}] {dest.name} ({size / 2**20:.0f} MiB so far, {spent:.0f} s, "
+            f"ETA {spent / k * (len(todo) - k):.0f} s)")
+    return dict(sorted(held.items()))
+
+
+def write_notes(out: Path, held: dict[str, str], args: argparse.Namespace, present: dict[str, str]) -> None:
+    sources = sorted(p.name for p in out.iterdir() if p.name.endswith(SOURCE))
+    (out / "requirements.txt").write_text("".join(f"{n}=={v}\n" for n, v in held.items()))
+    (out / "INSTALL.txt").write_text(
+        f"{PROJECT} for a Linux {args.arch} box with Python {args.python_version} and glibc {args.glibc} or newer,\n"
+        f"beside the {len(present)} distributions {Path(args.present_from).name} lists; {len(held)} are held here.\n"
+        f"On the box, with the Python whose `pip list` that was:\n"
+        f"    python3 -m pip install --no-index --find-links {out.name} {PROJECT}\n"
+        + (f"pip builds these there from source (a C compiler is needed): {' '.join(sources)}\n" if sources else ""))
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # bad input: one line on stderr, exit 2
+        print(f"wheelhouse: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--present-from", metavar="FILE", help=f"what the box has: {HOW}")
     ap.add_argument("--out", default="wheelhouse")
-    ap.add_argument("--python-version", default=f"{sys.version_info.major}.{sys.version_info.minor}",
-                    help="the target's Python, e.g. 3.12 (default: this interpreter's)")
-    ap.add_argument("--present", nargs="+", default=PRESENT,
-                    help="distributions the target already has (left out with all they require)")
-    args = ap.parse_args(argv)
-    if not re.fullmatch(r"3\.\d+", args.python_version):
-        print(f"wheelhouse: --python-version must look like 3.12, got {args.python_version!r}", file=sys.stderr)
-        return 2
+    ap.add_argument("--python-version", default=HERE, help=f"the box's Python, e.g. 3.12 (default {HERE})")
+    ap.add_argument("--arch", default="x86_64", help="the box's CPU, `uname -m` there: x86_64 or aarch64")
+    ap.add_argument("--glibc", default="2.34", help="the box's C library, `ldd --version` there (default 2.34)")
     try:
-        md.distribution(PROJECT)
+        args = ap.parse_args(argv)
+    except SystemExit as done:  # --help, or what Parser.error said
+        return int(done.code or 0)
+    if not args.present_from:
+        return fail(f"say what the box has: --present-from box.txt ({HOW})")
+    if not re.fullmatch(r"3\.\d+", args.python_version):
+        return fail(f"--python-version must look like 3.12, got {args.python_version!r}")
+    if args.arch not in ARCHES:
+        return fail(f"--arch must be one of {', '.join(ARCHES)}, got {args.arch!r}")
+    if not re.fullmatch(r"2\.(1[7-9]|[2-9]\d)", args.glibc):
+        return fail(f"--glibc must look like 2.34 (2.17 or newer), got {args.glibc!r}")
+    try:
+        needs = SpecifierSet(md.metadata(PROJECT).get("Requires-Python") or "")
     except md.PackageNotFoundError:
-        print(f"wheelhouse: {PROJECT} is not installed in {sys.prefix}: run make setup first", file=sys.stderr)
-        return 2
+        return fail(f"{PROJECT} is not installed in {sys.prefix}: run make setup first")
+    if args.python_version not in needs:
+        return fail(f"{PROJECT} needs Python {needs}; the box's is {args.python_version}")
+    try:
+        present = read_present(Path(args.present_from))
+    except OSError as exc:
+        return fail(f"--present-from: cannot read {args.present_from}: {exc.strerror}")
+    except ValueError as exc:
+        return fail(str(exc))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    unknown = [n for n in args.present if n not in closure([n])]
-    if unknown:
-        print(f"wheelhouse: --present names what is not installed here: {' '.join(unknown)}", file=sys.stderr)
-        return 2
-    todo, started, how = needed(args.present), time.perf_counter(), {}
-    root = Path(__file__).resolve().parents[1]
-    if not pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(root)):
-        print("wheelhouse: could not build the project's wheel", file=sys.stderr)
-        return 1
-    for k, (name, version) in enumerate(todo.items(), 1):
+    for old in out.iterdir():  # an earlier run's files would mislead the box's pip
+        if old.is_file() and old.name.endswith((".whl", ".txt", *SOURCE)):
+            old.unlink()
+    started = time.perf_counter()
+    cache = Path(os.environ.get("SWARM_CACHE_DIR", "~/.cache/rlswarm")).expanduser() / "wheels"
+    with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
+        box = Box(args.python_version, args.arch, int(args.glibc.split(".")[1]), present, Path(tmp))
+        built = Path(tmp) / "built"
+        built.mkdir()
+        say(f"building {PROJECT}'s wheel")
+        made = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                               "-w", str(built), str(ROOT)], capture_output=True, text=True)
+        if made.returncode != 0:
+            return fail(f"could not build {PROJECT}'s wheel: {tail(made.stderr)}", code=1)
         try:
-            how[name] = fetch(name, version, out, args.python_version)
+            items, sources, tools = resolve(box, built, cache, started)
+            held = collect(items, sources, out, cache)
+            write_notes(out, held, args, present)
+            say(f"checking the folder as the box will use it: pip resolves {PROJECT} from it alone (--no-index)")
+            installed = {n: (v, []) for n, v in present.items() if n != canonicalize_name(PROJECT)}
+            box.resolve([PROJECT], installed | {n: (v, r) for n, (v, r, _) in sources.items()}, [out], offline=True)
+            if tools:
+                box.resolve(tools, {}, [out], offline=True)
         except RuntimeError as exc:
-            print(f"wheelhouse: {exc}", file=sys.stderr)
-            return 1
-        elapsed = time.perf_counter() - started
-        print(f"[{k}/{len(todo)}] {name}=={version}: {how[name]} ({elapsed:.0f} s, ETA {elapsed / k * (len(todo) - k):.0f} s)",
-              flush=True)
-    if "sdist" in how.values():  # pip builds those on the target, offline: it needs the build tools as wheels
-        for tool in BUILD_TOOLS:
-            fetch(canon(tool), md.version(tool), out, args.python_version)
-    pins = [f"{n}=={v}" for n, v in todo.items()]
-    (out / "requirements.txt").write_text("\n".join(pins) + "\n")
-    (out / "INSTALL.txt").write_text(
-        f"On a machine with torch, transformers and peft installed (Python {args.python_version}):\n"
-        f"    pip install --no-index --find-links {out.name} {PROJECT}\n"
-        + ("Built there from source (needs a C compiler): " + " ".join(n for n, h in how.items() if h == "sdist") + "\n"
-           if "sdist" in how.values() else ""))
+            return fail(str(exc), code=1)
     size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-    print(f"wheelhouse: {len(todo) + 1} distributions in {out}/ ({size / 2**20:.1f} MiB) for Python "
-          f"{args.python_version}; install there with: pip install --no-index --find-links {out} {PROJECT}")
-    if size > LIMIT_MIB * 2**20:
-        print(f"wheelhouse: more than {LIMIT_MIB} MiB; if the target has more of these already, name them with "
-              f"--present (make wheelhouse PRESENT='torch transformers peft scipy matplotlib')")
+    say(f"{len(held)} distributions in {out}/ ({size / 2**20:.1f} MiB) for Python {args.python_version} on linux "
+        f"{args.arch}, in {time.perf_counter() - started:.0f} s. Copy the folder to the box, then there: "
+        f"python3 -m pip install --no-index --find-links {out.name} {PROJECT}")
     return 0
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"wheelhouse: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

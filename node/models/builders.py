@@ -154,6 +154,7 @@ def train_bpe(corpus: list[str], vocab_size: int, pre: str = "gpt2") -> PreTrain
         padding_side="left",
         chat_template=CHAT_TEMPLATE,
         model_max_length=2048,
+        model_input_names=["input_ids", "attention_mask"],  # a causal LM's; transformers 4.x adds token_type_ids
     )
 
 

@@ -249,6 +249,9 @@ def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, spec: str) -> PreTrai
             raise ValueError(f"model {spec!r}: tokenizer has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token  # attention masks make the choice harmless
     tokenizer.padding_side = "left"  # generation appends on the right
+    # A causal LM takes ids and a mask; a tokenizer that also emits token_type_ids (transformers 4.x's generic
+    # fast tokenizer does, the built-in models' among them) would hand generate() an argument the model rejects.
+    tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
     if not tokenizer.chat_template:
         log.warning("model %r has no chat template; using a plain 'Role: text' template", spec)
         tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE

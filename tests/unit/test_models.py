@@ -162,6 +162,23 @@ def test_tiny_model_generates_with_left_padding(cache):
     assert out.shape[0] == 2 and 1 <= out.shape[1] - enc["input_ids"].shape[1] <= 5
 
 
+def test_a_tokenizer_that_declares_token_type_ids_hands_generate_none(cache, tmp_path):
+    """transformers 4.x saves and loads a generic fast tokenizer with token_type_ids among its inputs; passed on
+    to generate() they stop it ("model_kwargs are not used by the model"). Loading drops them."""
+    import shutil
+
+    folder = tmp_path / "tiny-qwen2-tt"
+    shutil.copytree(resolve_model_dir("tiny-qwen2", cache_dir=cache), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert "token_type_ids" in AutoTokenizer.from_pretrained(folder)(["1 + 2 ="])  # as transformers 4.x does
+    loaded = load_model(ModelConfig(spec=str(folder)))
+    enc = loaded.tokenizer(["1 + 2 =", "a longer prompt ="], return_tensors="pt", padding=True)
+    assert set(enc) == {"input_ids", "attention_mask"}
+    assert loaded.model.generate(**enc, max_new_tokens=3, do_sample=False).shape[0] == 2
+
+
 def test_bfloat16_load(cache):
     model = _load(cache, dtype="bfloat16").model
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
