@@ -139,12 +139,14 @@ def flood_unsigned(dht, swarm_id: str, *, windows: list[int], shards: int, per_k
                                      expiration=time.time() + ttl_s))
 
 
-async def refetch(t, publisher: str, addrs: list[str], sha256: str, times: int, swarm_id: str) -> list[str]:
-    """Fetch `publisher`'s bundle `sha256` `times` times, all at once; what each attempt got ("ok" or why not)."""
+async def refetch(t, publisher: str, addrs: list[str], sha256: str, times: int, swarm_id: str,
+                  policy=None) -> list[str]:
+    """Fetch `publisher`'s bundle `sha256` `times` times, all at once (dialling `addrs` as `policy` allows, e.g.
+    the attacker's own swarm.dial.DialPolicy); what each attempt got ("ok" or why not)."""
     async def one() -> str:
         writer = None
         try:
-            reader, writer = await asyncio.wait_for(open_stream(t.p2p, publisher, wire.HANDLER_NAME, addrs), 10)
+            reader, writer = await asyncio.wait_for(open_stream(t.p2p, publisher, wire.HANDLER_NAME, addrs, policy), 10)
             await wire.write_frame(writer, wire.encode_request(swarm_id, sha256))
             status, nbytes, _ = wire.decode_header(await asyncio.wait_for(
                 wire.read_frame(reader, wire.MAX_CONTROL), 10))

@@ -158,8 +158,8 @@ def leech(args) -> None:
         t.take()
         with t.inbox.cond:
             fetched = list(t.inbox._fetched)[-4:]  # (peer, sha256) of the newest bundles we fetched
-        jobs = [asyncio.run_coroutine_threadsafe(refetch(t, peer, t.inbox.addrs_of(peer), sha, 20, args.swarm_id),
-                                                 t._loop) for peer, sha in fetched]
+        jobs = [asyncio.run_coroutine_threadsafe(refetch(t, peer, t.inbox.addrs_of(peer), sha, 20, args.swarm_id,
+                                                         t.dials), t._loop) for peer, sha in fetched]
         out = {}
         for job in jobs:
             for status in job.result(120):

@@ -10,7 +10,8 @@
   admission           streams per peer and in all, download slots, bundles served per requester
   dial                announced addresses: which to dial, at what rate
   wire                the bundle stream's framing (serve and fetch)
-  dht                 starting this process's DHT peer under its identity
+  dht                 starting this process's DHT peer under its identity, and its record validators
+  dht_budget          the DHT requests a node serves each sender
   identity            RSA identity: libp2p peer id and DHT signing key in one
   bootstrap           a DHT-only bootstrap peer
   averaging           decentralized LoRA adapter averaging (federated mode)

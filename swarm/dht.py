@@ -32,6 +32,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 
 from protocols.keys import rollouts_key, window_of
 from swarm.config import SwarmConfig
+from swarm.dht_budget import install as install_sender_budget
 from swarm.identity import (
     ephemeral_identity,
     load_or_create_identity,
@@ -49,7 +50,8 @@ class QuietOrphanDHT(DHT):
     "Process DHT-1:" traceback) or, when the kill landed mid-request, ConnectionResetError (logged with
     its traceback, then retried until the orphan watchdog stopped it). Here the child asks the kernel
     for SIGTERM when its parent dies (Linux), drops hivemind's log records once it is an orphan, and
-    leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first."""
+    leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first. It also serves
+    each sender's DHT requests within a budget (swarm.dht_budget)."""
 
     def run(self) -> None:
         parent = os.getppid()
@@ -69,6 +71,7 @@ class QuietOrphanDHT(DHT):
         if orphaned():
             os._exit(0)
         logging.getLogger("hivemind.dht.dht").addFilter(keep)
+        install_sender_budget()  # stores and finds served per sender (swarm.dht_budget), in this process only
         try:
             super().run()
         except BaseException:

@@ -262,3 +262,14 @@ def test_the_swarms_keys_refuse_unsigned_entries_on_store_and_read():
     assert not v.validate(DHTRecord(key, junk, b"x", T0))  # before: stored, and read, like any entry
     assert v.validate(DHTRecord(key, owned, b"x", T0))  # an owner marker: the RSA validator checks its signature
     assert v.validate(DHTRecord(other, junk, b"x", T0))  # hivemind's own keys (averaging) are left alone
+
+
+def test_a_senders_dht_requests_are_served_within_its_budget():
+    from swarm.dht_budget import SenderBudget
+    clock = [0.0]
+    budget = SenderBudget(rate=64, burst=512, clock=lambda: clock[0])
+    assert [budget.spend("flooder", 250) for _ in range(4)] == [True, True, False, False]  # a burst, then nothing
+    assert budget.spend("honest", 4)  # another sender has its own budget
+    clock[0] = 1.0
+    assert not budget.spend("flooder", 250) and budget.spend("flooder", 64)  # 64 items a second after that
+    assert budget.refused == 750
