@@ -68,6 +68,9 @@ def test_a_node_nobody_can_dial_pushes_its_bundles_and_pulls_theirs():
                 got = _take_until(p, lambda d: sum(r.peer == a.peer_id for r in d.records) >= 2, timeout=20)
                 assert sorted(r.task.index for r in got.records if r.peer == a.peer_id) == [7, 8]
                 assert p.peers_seen() >= 1 and not got.drops
+            deadline = time.time() + 10  # the receivers may decode the bytes before the offers return
+            while sum(a.pusher.stats.values()) < 2 and time.time() < deadline:
+                time.sleep(0.1)
             assert a.pusher.stats == Counter({"ok": 2})  # offered to b and c, both took it
             assert a.publish_failures == 0
         finally:
