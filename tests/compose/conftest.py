@@ -41,7 +41,7 @@ class Up:
 
 
 def _compose_version() -> tuple[int, int]:
-    out = eng.sh([COMPOSE, "version", "--short"], check=False).stdout
+    out = eng.sh([*COMPOSE.split(), "version", "--short"], check=False).stdout
     m = re.match(r"v?(\d+)\.(\d+)", out.strip())
     return (int(m[1]), int(m[2])) if m else (0, 0)
 

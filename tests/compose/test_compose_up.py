@@ -29,7 +29,7 @@ def _time(stamp: str) -> datetime:
 
 
 def test_one_image_built_once_and_run_by_every_rlswarm_service(up):
-    config = json.loads(up.stack.compose("config", "--format", "json").stdout)["services"]
+    config = up.stack.config()["services"]
     assert [name for name, svc in config.items() if "build" in svc] == ["model"]
     image_id = json.loads(sh(["docker", "image", "inspect", up.image]).stdout)[0]["Id"]
     containers = up.stack.containers()

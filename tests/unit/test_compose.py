@@ -175,3 +175,20 @@ def test_dashboard_reads_every_nodes_run_dir_read_only(files):
             cmd = svc["command"]
             assert cmd[cmd.index("--out") + 1] == f"/runs/{name}"
             assert any(v["source"] == "runs" and v["target"] == "/runs" for v in svc["volumes"])
+
+
+def test_make_test_compose_helpers():
+    """What tests/compose reads from the live stack: Grafana's expressions as the page runs them, the groups each
+    node trained on by peer name, and which expressions may come back empty (only the drop counters)."""
+    from tests.compose.stack import MAY_BE_EMPTY, groups_used_from, runnable
+    from tests.unit.test_grafana import dashboard, queries
+
+    assert runnable('rate(swarm_rounds_total{node=~"$node"}[2m])') == 'rate(swarm_rounds_total{node=~".+"}[2m])'
+    exprs = queries(dashboard())
+    assert all("$" not in runnable(e) for e in exprs if not e.startswith("label_values"))
+    assert [e for e in exprs if MAY_BE_EMPTY.search(e)] == [
+        'sum by (node, peer) (swarm_peer_records_dropped_total{node=~"$node"})',
+        'sum by (node, reason) (rate(swarm_records_dropped_total{node=~"$node"}[2m])) * 60']
+    state = {"peers": [{"node": "node-0", "peer": "QmOne", "peer_name": "node-1", "used": 9},
+                       {"node": "node-1", "peer": "QmZero", "peer_name": "", "used": None}]}
+    assert groups_used_from(state) == {("node-0", "node-1"): 9, ("node-1", "QmZero"): 0}
