@@ -117,6 +117,8 @@ def up():
             stack.down()
             eng.sh(["docker", "image", "rm", "rlswarm-test:cpu"], check=False)
         daemon = engine.proc
+        if engine.started_here:  # its build cache too (GBs a run: the wheels' URL, a build argument, changes)
+            eng.sh(["docker", "builder", "prune", "--all", "--force"], check=False)
         engine.stop()
         if daemon is not None:
             assert daemon.poll() is not None, "the dockerd started here is still running"
