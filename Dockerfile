@@ -25,12 +25,15 @@ RUN python3 -m venv /opt/rlswarm
 # torch first, from the index matching the device (a bare requirement would pull a CUDA build)
 RUN pip install ${PIP_ARGS} torch==2.13.0 --index-url "${TORCH_INDEX_URL}"
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# the dependencies first, in a layer of their own: editing the sources (or the README) does not reinstall them
+COPY pyproject.toml ./
+RUN touch README.md && pip install ${PIP_ARGS} ".${EXTRAS}"
+COPY README.md ./
 COPY protocols protocols
 COPY swarm swarm
 COPY node node
 COPY losses losses
-RUN pip install ${PIP_ARGS} ".${EXTRAS}"
+RUN pip install ${PIP_ARGS} --no-deps --force-reinstall .
 
 FROM ${BASE_IMAGE}
 ENV PYTHONUNBUFFERED=1 PATH=/opt/rlswarm/bin:$PATH SWARM_CACHE_DIR=/cache HF_HOME=/cache/hf

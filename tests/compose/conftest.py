@@ -100,7 +100,7 @@ def up():
                     "RLSWARM_BUILD_NETWORK": "host", **{k: str(v) for k, v in ports.items()}})
         stack = Stack(project, env)
         running = Up(stack, env, env["RLSWARM_IMAGE"], f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}",
-                f"http://127.0.0.1:{ports['DASHBOARD_PORT']}", volumes_before)
+                     f"http://127.0.0.1:{ports['DASHBOARD_PORT']}", volumes_before)
         running.measured.update(base_image=base, prometheus_image=prom, prepared_s=round(time.monotonic() - t0, 1))
         with eng.WheelServer(wheels) as server:
             env["RLSWARM_PIP_ARGS"] = f"--no-index --find-links {server.url}"
@@ -113,16 +113,29 @@ def up():
         running.measured["memory"] = _memory(project)
         yield running
     finally:
-        if stack is not None:
-            stack.down()
-            eng.sh(["docker", "image", "rm", "rlswarm-test:cpu"], check=False)
-        daemon = engine.proc
-        if engine.started_here:  # its build cache too (GBs a run: the wheels' URL, a build argument, changes)
-            eng.sh(["docker", "builder", "prune", "--all", "--force"], check=False)
-        engine.stop()
-        if daemon is not None:
-            assert daemon.poll() is not None, "the dockerd started here is still running"
-        if running is not None:
-            running.measured.update(total_s=round(time.monotonic() - t0, 1), engine_started_here=daemon is not None)
-            (eng.CACHE / "last-run.json").write_text(json.dumps(running.measured, indent=1) + "\n")
-            print("\ntest-compose measured:", json.dumps(running.measured, indent=1))
+        _teardown(engine, stack, running, t0)
+
+
+def _teardown(engine: eng.Engine, stack: Stack | None, running: Up | None, t0: float) -> None:
+    """Down with the volumes, the test's image out, the engine stopped if started here: each step tried even
+    when one before it failed; then every failure is reported."""
+    daemon, failures = engine.proc, []
+    steps = [("down", lambda: stack is not None and stack.down()),
+             ("image", lambda: stack is not None and eng.sh(["docker", "image", "rm", "rlswarm-test:cpu"],
+                                                            check=False)),
+             # the build cache kept for the next run, bounded (about one build's)
+             ("build cache", lambda: engine.started_here and eng.sh(
+                 ["docker", "builder", "prune", "--all", "--force", "--keep-storage", "5GB"], timeout=1200)),
+             ("engine", engine.stop)]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - the next steps still run; reported below
+            failures.append(f"{what}: {exc}")
+    if running is not None:
+        running.measured.update(total_s=round(time.monotonic() - t0, 1), engine_started_here=daemon is not None)
+        (eng.CACHE / "last-run.json").write_text(json.dumps(running.measured, indent=1) + "\n")
+        print("\ntest-compose measured:", json.dumps(running.measured, indent=1))
+    if daemon is not None and daemon.poll() is None:
+        failures.append("the dockerd started here is still running")
+    assert not failures, failures

@@ -180,9 +180,14 @@ def download_wheels(dest: Path = CACHE / "wheels") -> Path:
 class WheelServer:
     """A folder over HTTP on 127.0.0.1 (pip --find-links reads the listing) while the build runs."""
 
+    PORT = 38765  # the same URL on every run where it is free: the build's cache holds (the URL is a build argument)
+
     def __init__(self, folder: Path):
         handler = functools.partial(_QuietHandler, directory=str(folder))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        try:
+            self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.PORT), handler)
+        except OSError:
+            self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
