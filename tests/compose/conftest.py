@@ -123,9 +123,11 @@ def _teardown(engine: eng.Engine, stack: Stack | None, running: Up | None, t0: f
     steps = [("down", lambda: stack is not None and stack.down()),
              ("image", lambda: stack is not None and eng.sh(["docker", "image", "rm", "rlswarm-test:cpu"],
                                                             check=False)),
-             # the build cache kept for the next run, bounded (about one build's)
+             # the build cache kept for the next run, bounded (about one build's); untagged images (the build
+             # stage, which compose v1's classic builder leaves behind: 2 GB)
              ("build cache", lambda: engine.started_here and eng.sh(
                  ["docker", "builder", "prune", "--all", "--force", "--keep-storage", "5GB"], timeout=1200)),
+             ("untagged images", lambda: engine.started_here and eng.sh(["docker", "image", "prune", "--force"])),
              ("engine", engine.stop)]
     for what, step in steps:
         try:
