@@ -67,7 +67,9 @@ class Node:
             print(self.tasks.describe(), flush=True)
             self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
                                        dht=getattr(transport, "dht", None))
-        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
+        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"),
+                              identity={"name": cfg.name, "peer_id": transport.peer_id if transport else None,
+                                        "model": cfg.model.spec})
         self._eval_set = self.tasks.eval_set()
         self._eval_labels = self.tasks.eval_labels()
         self._system_prompt = self.tasks.system_prompt()
