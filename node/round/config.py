@@ -58,6 +58,16 @@ class TrainConfig(PlacementConfig):
         "reward of this node's own rows in the step (own: a weaker peer's best answers, still worse than what this "
         "node writes, are not imitated; under a binary reward the two choose the same rows unless every own row "
         "of the step is correct). docs/BENCHMARKS.md §12D.")
+    peer_token_floor: float = Field(
+        0.0, ge=0, lt=1.0, description="p: a peer's token whose probability under this node's own policy (at the "
+        "start of the step, at the sampling temperature) is below p gets no gradient, in the loss and in the "
+        "imitation term; our own rows and peers' tokens at or above p train as before. Bounds what a peer can "
+        "teach: text of its choosing placed before a correct answer (losses/peer_floor.py, docs/BENCHMARKS.md "
+        "§15B; this project's own departure from F-TIS and SAPO). 0 = off.")
+    peer_floor_span: Literal["rest", "token"] = Field(
+        "rest", description="What peer_token_floor takes from a peer's row: rest = the first token below the floor "
+        "and every token after it (text that follows what this node would not write trains nothing, not even as "
+        "context); token = only the tokens below the floor.")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""
