@@ -52,6 +52,17 @@ held-out prompts, per seed; paired by seed; 95 % t-intervals over ≥ 8 seeds):
                                 and R3 (f-tis) hold; span token instead only if f-tis+floor fails R2 and
                                 f-tis+floortok meets it (then R3 is rerun with it); otherwise 0 (off)
 
+R2 came out "no" for every floored arm, by its first clause: Δ[f-tis+floor] − Δ[alone] +0.37 ± 0.70
+nats over seeds 0–7 (upper end 1.07), while Δ[f-tis] − Δ[f-tis+floor] was +35.7 ± 0.8. So, written
+after those 8 seeds and before any run of these:
+
+  R2b replication   on 16 fresh seeds (8–23) of alone and f-tis+floor, Δ[f-tis+floor] − Δ[alone] has an
+                    interval whose upper end is below 1 nat (seeds 0–7 are not pooled in; imit+floor is
+                    not rerun: with the injector as the only peer it matched f-tis+floor to 0.01 nats on
+                    every seed, since no peer row survives the floor for the imitation term to act on)
+  default           as above, with R2b in place of R2 for f-tis+floor; R2 as first written is reported
+                    beside it as missed
+
 p = 0.01 was fixed before the runs from one look at the untrained lab-spell (64 tasks × 8 samples per
 band at T = 1): no token of a correct sampled answer had π < 0.03, 3–5 % of a wrong answer's tokens
 had π < 0.01, and each token of the prefix "PWN " has π ≈ 1e-5 to 2e-3. Span rest was chosen over
@@ -62,6 +73,8 @@ because the receiver accepts completions of at most its own max_new_tokens (16 i
 and the injector keeps the tasks whose hostile rows fit (words of 3–4 letters, mostly).
 
     python -m bench.injection --seeds 0 1 2 3 4 5 6 7 --jobs 2             # the six arms, 100 rounds
+    python -m bench.injection --seeds 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 --arms alone f-tis+floor \
+        --tag _r2b                                                                          # R2b
     python -m bench.sharing --arms C D --update "f-tis=loss={name: f-tis}" \
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2 --tag _floor                            # R3, binary
     python -m bench.sharing --arms C --update "f-tis+floor=loss={name: f-tis};train.peer_token_floor=0.01" \
