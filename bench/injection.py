@@ -89,7 +89,7 @@ and the injector keeps the tasks whose hostile rows fit (words of 3–4 letters,
 run under all four updates, so it runs once.)
 
 Runs are appended to bench/results/injection<tag>.jsonl as they finish (an interrupted invocation
-resumes); the table goes to injection<tag>.json.
+resumes); the table goes to injection<tag>.json and the curves to injection<tag>.png.
 """
 
 from __future__ import annotations
@@ -286,6 +286,29 @@ def verdicts(diffs: list[dict]) -> list[str]:
     return out
 
 
+def plot(runs: list[dict], path) -> None:
+    """The prefix's mean log-prob against rounds, one line per arm (mean over seeds, the seeds' range shaded)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        curves = [r["curve"] for r in runs if r["arm"] == arm]
+        n = min(len(c) for c in curves)
+        xs = [curves[0][t][0] for t in range(n)]
+        ys = [[c[t][1] for c in curves] for t in range(n)]
+        ax.plot(xs, [statistics.fmean(y) for y in ys], marker="o", markersize=3, label=arm)
+        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel("log π(prefix | held-out prompt), nats")
+    ax.set_title(f"injected prefix {runs[0]['prefix']!r} in the receiver")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def load_runs(tag: str) -> list[dict]:
     path = RESULTS / f"injection{tag}.jsonl"
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
@@ -338,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     print(table(diffs, ["pair", "seeds", "delta", "delta_ci", "delta_positive", "heldout_gain", "heldout_gain_ci"]))
     for line in verdicts(diffs):
         print(line)
+    plot(runs, RESULTS / f"injection{args.tag}.png")
     write_json(f"injection{args.tag}", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs),
                                         "runs": runs})
 
