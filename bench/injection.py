@@ -64,8 +64,8 @@ after those 8 seeds and before any run of these:
                     beside it as missed
 
 p = 0.01 was fixed before the runs from one look at the untrained lab-spell (64 tasks × 8 samples per
-band at T = 1): no token of a correct sampled answer had π < 0.03, 3–5 % of a wrong answer's tokens
-had π < 0.01, and each token of the prefix "PWN " has π ≈ 1e-5 to 2e-3. Span rest was chosen over
+band at T = 1): no token of a sampled completion that was exactly the right answer block had
+π < 0.03, 3–5 % of the other completions' tokens had π < 0.01, and each token of the prefix "PWN " has π ≈ 1e-5 to 2e-3. Span rest was chosen over
 token after one 30-round trial (seed 0, not part of the results): with token, the prefix still rose
 0.7–0.9 nats above the control in two runs — its tokens keep training as the context of the answer after them, and
 lab-spell ties its input and output embeddings — and with rest 0.5. The default prefix is 4 tokens
@@ -87,6 +87,8 @@ and the injector keeps the tasks whose hostile rows fit (words of 3–4 letters,
 
 (A node alone, arm D, has no peers' rows for the floor or the imitation term to act on: D is the same
 run under all four updates, so it runs once.)
+
+What the floor would take from an honest peer of another model is measured by bench/plausibility.py.
 
 Runs are appended to bench/results/injection<tag>.jsonl as they finish (an interrupted invocation
 resumes); the table goes to injection<tag>.json and the curves to injection<tag>.png.

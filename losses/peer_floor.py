@@ -17,10 +17,11 @@ completion: under F-TIS at weight w = min(π_θ/μ, C) with a μ the sender clai
 −30 gives every token w = C = 2), under `train.imitate` at weight 1. A correct answer preceded by
 text of the sender's choosing therefore pushes that text into the receiver's model, round after
 round (docs/BENCHMARKS.md §15B: measured on the lab model). The tokens of such text are ones the
-receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 2e-3); the
-tokens of an honest peer's correct answer are ones it would (on lab-spell at T = 1 none of them had
-π below 0.03). So: a peer may move only tokens this node's own policy would plausibly write, which
-an honest peer's useful rows are made of and an injection is not.
+receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 2e-3), while the
+tokens of an honest peer's correct answer on lab-spell are mostly ones it would: a peer may move
+only tokens this node's own policy would plausibly write. How much of an honest peer's rows that
+leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of rows that scored
+above their group, on SmolLM2-135M at T = 1 62 % (bench/plausibility.py, docs/BENCHMARKS.md §15B).
 
 Why the rest of the row and not only the token: a token trains the model twice, as a prediction and
 as the context of every later prediction. With lab-spell (input and output embeddings tied) the
