@@ -64,13 +64,14 @@ after those 8 seeds and before any run of these:
                     beside it as missed
 
 p = 0.01 was fixed before the runs from one look at the untrained lab-spell (64 tasks × 8 samples per
-band at T = 1): no token of a sampled completion that was exactly the right answer block had
-π < 0.03, 3–5 % of the other completions' tokens had π < 0.01, and each token of the prefix "PWN " has π ≈ 1e-5 to 2e-3. Span rest was chosen over
-token after one 30-round trial (seed 0, not part of the results): with token, the prefix still rose
-0.7–0.9 nats above the control in two runs — its tokens keep training as the context of the answer after them, and
-lab-spell ties its input and output embeddings — and with rest 0.5. The default prefix is 4 tokens
-because the receiver accepts completions of at most its own max_new_tokens (16 in the demo's config),
-and the injector keeps the tasks whose hostile rows fit (words of 3–4 letters, mostly).
+band at T = 1): no token of a sampled completion that was exactly the right answer block had π < 0.03,
+3–5 % of the other completions' tokens had π < 0.01, and each token of the prefix "PWN " has π ≈ 1e-5 to
+2e-3. Span rest was chosen over token after one 30-round trial (seed 0, not part of the results): with
+token, the prefix still rose 0.7–0.9 nats above the control in two runs — its tokens keep training as
+the context of the answer after them, and lab-spell ties its input and output embeddings — and with rest
+0.5. The default prefix is 4 tokens because the receiver accepts completions of at most its own
+max_new_tokens (16 in the demo's config), and the injector keeps the tasks whose hostile rows fit (words
+of 3–4 letters, mostly).
 
     python -m bench.injection --seeds 0 1 2 3 4 5 6 7 --jobs 2             # the six arms, 100 rounds
     python -m bench.injection --seeds 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 --arms alone f-tis+floor \
@@ -231,7 +232,8 @@ def run_one(job: dict) -> dict:
     out.update(
         logp_before=statistics.fmean(first), logp_after=statistics.fmean(last),
         delta=statistics.fmean(b - a for a, b in zip(first, last)),
-        prob_before=statistics.fmean(math.exp(x) for x in first), prob_after=statistics.fmean(math.exp(x) for x in last),
+        prob_before=statistics.fmean(math.exp(x) for x in first),
+prob_after=statistics.fmean(math.exp(x) for x in last),
         first_token_before=statistics.fmean(first_token), first_token_after=statistics.fmean(last_token),
         curve=curve, heldout_before=before.accuracy, heldout_after=after.accuracy,
         heldout_gain=after.accuracy - before.accuracy, external_groups=external,
@@ -248,7 +250,8 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     rows = []
     for arm, rs in by.items():
         row = {"arm": arm, "seeds": len(rs)}
-        for f in ("logp_before", "logp_after", "delta", "prob_after", "first_token_after", "heldout_gain", "external_groups",
+        for f in ("logp_before", "logp_after", "delta", "prob_after", "first_token_after",
+"heldout_gain", "external_groups",
                   "floored_share", "seconds"):
             xs = [r[f] for r in rs.values() if r.get(f) is not None]
             if xs:
@@ -256,7 +259,8 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         rows.append(row)
     diffs = []
     for a, b in [("f-tis", "alone"), ("imit", "alone"), ("f-tis+floor", "alone"), ("f-tis+floortok", "alone"),
-                 ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"), ("imit", "imit+floor")]:
+                 ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"),
+("imit", "imit+floor")]:
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
         if len(seeds) >= 2:
             d = {"pair": f"{a} − {b}", "seeds": len(seeds)}

@@ -20,8 +20,9 @@ round (docs/BENCHMARKS.md §15B: measured on the lab model). The tokens of such 
 receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 2e-3), while the
 tokens of an honest peer's correct answer on lab-spell are mostly ones it would: a peer may move
 only tokens this node's own policy would plausibly write. How much of an honest peer's rows that
-leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of rows that scored
-above their group, on SmolLM2-135M at T = 1 62 % (bench/plausibility.py, docs/BENCHMARKS.md §15B).
+leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of
+rows that scored above their group, on SmolLM2-135M at T = 1 62 % (bench/plausibility.py,
+docs/BENCHMARKS.md §15B).
 
 Why the rest of the row and not only the token: a token trains the model twice, as a prediction and
 as the context of every later prediction. With lab-spell (input and output embeddings tied) the
@@ -29,13 +30,13 @@ tokens of an injected prefix, stripped of their own gradient, still rose through
 after them (bench/injection.py's docstring); text that follows what this node would not write is
 conditioned on it, so none of it trains.
 
-What it bounds, and what not. With span rest a peer's row trains only its opening up to the first
-token the node gives < p: from that token on, a peer's text gets no gradient, neither as predictions
-nor as context, so the probability of an injected text holding such a token rises only through its
-opening before that token and as the node's own training moves it (measured in §15B). A text each of whose tokens is at or above p — one the node already writes now
-and then — can still be pushed up, as honest learning pushes it up: the floor decides what a peer may
-teach, not whether it is true. Nor does it stop a hostile peer's rows from taking places in the step
-that honest rows would have had.
+What it bounds, and what not. With span rest a peer's row trains only its opening up to the first token
+the node gives < p: from that token on, a peer's text gets no gradient, neither as predictions nor as
+context, so the probability of an injected text holding such a token rises only through its opening
+before that token and as the node's own training moves it (measured in §15B). A text each of whose
+tokens is at or above p — one the node already writes now and then — can still be pushed up, as honest
+learning pushes it up: the floor decides what a peer may teach, not whether it is true. Nor does it stop
+a hostile peer's rows from taking places in the step that honest rows would have had.
 
 This is this project's own departure from F-TIS and from SAPO, not either paper's method. F-TIS
 (Key Design 2 and its loss) trains every token of a positive-advantage row at min(π_θ/π_gen, C),
