@@ -16,13 +16,13 @@ Why. A receiver verifies only a completion's final answer, and a peer's row trai
 completion: under F-TIS at weight w = min(π_θ/μ, C) with a μ the sender claims (a claimed log μ of
 −30 gives every token w = C = 2), under `train.imitate` at weight 1. A correct answer preceded by
 text of the sender's choosing therefore pushes that text into the receiver's model, round after
-round (docs/BENCHMARKS.md §15B: measured on the lab model). The tokens of such text are ones the
+round (docs/BENCHMARKS.md §15C: measured on the lab model). The tokens of such text are ones the
 receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 2e-3), while the
 tokens of an honest peer's correct answer on lab-spell are mostly ones it would: a peer may move
 only tokens this node's own policy would plausibly write. How much of an honest peer's rows that
 leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of
 rows that scored above their group, on SmolLM2-135M at T = 1 62 % (bench/plausibility.py,
-docs/BENCHMARKS.md §15B).
+docs/BENCHMARKS.md §15C).
 
 Why the rest of the row and not only the token: a token trains the model twice, as a prediction and
 as the context of every later prediction. With lab-spell (input and output embeddings tied) the
@@ -33,7 +33,7 @@ conditioned on it, so none of it trains.
 What it bounds, and what not. With span rest a peer's row trains only its opening up to the first token
 the node gives < p: from that token on, a peer's text gets no gradient, neither as predictions nor as
 context, so the probability of an injected text holding such a token rises only through its opening
-before that token and as the node's own training moves it (measured in §15B). A text each of whose
+before that token and as the node's own training moves it (measured in §15C). A text each of whose
 tokens is at or above p — one the node already writes now and then — can still be pushed up, as honest
 learning pushes it up: the floor decides what a peer may teach, not whether it is true. Nor does it stop
 a hostile peer's rows from taking places in the step that honest rows would have had.
