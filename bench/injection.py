@@ -98,16 +98,12 @@ resumes); the table goes to injection<tag>.json and the curves to injection<tag>
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import json
 import math
-import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 
-from bench.common import RESULTS, interval, table, write_json
+from bench.common import RESULTS, interval, load_jsonl, run_jobs, table, write_json
 from bench.learning_margin import parse_value
 
 FLOOR = 0.01
@@ -315,11 +311,6 @@ def plot(runs: list[dict], path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def load_runs(tag: str) -> list[dict]:
-    path = RESULTS / f"injection{tag}.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="examples/lab-swarm.yaml")
@@ -337,28 +328,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report", action="store_true", help="no runs: the table from the tag's runs file")
     args = ap.parse_args(argv)
     common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
-    runs = load_runs(args.tag)
+    runs = load_jsonl(RESULTS / f"injection{args.tag}.jsonl")
     if not args.report:
         done = {(r["arm"], r["seed"], r["rounds"], r["prefix"]) for r in runs}
         jobs = [{"config": args.config, "arm": a, "overrides": ARMS[a], "common": common, "seed": s,
                  "rounds": args.rounds, "every": args.every, "prefix": args.prefix, "groups": args.groups,
                  "correct": args.correct, "prompts": args.prompts}
                 for s in args.seeds for a in args.arms if (a, s, args.rounds, args.prefix) not in done]
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, \
-                (RESULTS / f"injection{args.tag}.jsonl").open("a") as sink:
-            futures = [pool.submit(run_one, j) for j in jobs]
-            for k, fut in enumerate(cf.as_completed(futures), 1):
-                r = fut.result()
-                sink.write(json.dumps(r) + "\n")
-                sink.flush()
-                runs.append(r)
-                el = time.perf_counter() - started
-                print(f"[{k}/{len(jobs)}] {r['arm']} seed {r['seed']}: prefix log-prob {r['logp_before']:.2f} → "
-                      f"{r['logp_after']:.2f} (Δ {r['delta']:+.2f}), held-out {r['heldout_gain']:+.3f} "
-                      f"({r['seconds']:.0f} s; ETA {el / k * (len(jobs) - k) / 60:.0f} min)", file=sys.stderr, flush=True)
+        runs += run_jobs(run_one, jobs, RESULTS / f"injection{args.tag}.jsonl", args.jobs, lambda r: (
+            f"{r['arm']} seed {r['seed']}: prefix log-prob {r['logp_before']:.2f} → {r['logp_after']:.2f} "
+            f"(Δ {r['delta']:+.2f}), held-out {r['heldout_gain']:+.3f} ({r['seconds']:.0f} s)"))
     runs = [r for r in runs if r["arm"] in args.arms and r["seed"] in args.seeds and r["rounds"] == args.rounds
             and r["prefix"] == args.prefix]
     rows, diffs = summarise(runs)
