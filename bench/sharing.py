@@ -51,14 +51,11 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import json
-import multiprocessing
 import statistics
 import sys
 import time
 
-from bench.common import RESULTS, interval, table, write_json
+from bench.common import RESULTS, interval, load_jsonl, run_jobs, table, write_json
 from bench.learning_margin import parse_value
 
 ARMS = {"A": (8, 0, 8, False), "B": (4, 4, 8, False), "C": (4, 4, 4, False), "D": (4, 0, 4, False),
@@ -323,11 +320,6 @@ def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def load_runs(tag: str) -> list[dict]:
-    path = RESULTS / f"sharing{tag}.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="examples/papers/sapo-binary.yaml")
@@ -351,28 +343,16 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.update or DEFAULT_UPDATES:
         name, _, rest = item.partition("=")
         updates[name] = {**common, **{k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}}
-    runs = load_runs(args.tag)
+    runs = load_jsonl(RESULTS / f"sharing{args.tag}.jsonl")
     if not args.report:
         done = {(r["update"], r["arm"], r["nodes"], r["seed"], r["rounds"]) for r in runs}
         jobs = [{"config": args.config, "update": u, "overrides": over, "arm": a, "arm_spec": spec, "nodes": n,
                  "seed": s, "rounds": args.rounds}
                 for s in args.seeds for u, over in updates.items() for a, spec in arms.items()
                 for n in (args.sizes or [args.nodes]) if (u, a, n, s, args.rounds) not in done]
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        started, total = time.perf_counter(), len(jobs)
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, \
-                (RESULTS / f"sharing{args.tag}.jsonl").open("a") as sink:
-            futures = [pool.submit(run_hivemind if args.hivemind else run_one, j) for j in jobs]
-            for k, fut in enumerate(cf.as_completed(futures), 1):
-                r = fut.result()
-                sink.write(json.dumps(r) + "\n")
-                sink.flush()
-                runs.append(r)
-                el = time.perf_counter() - started
-                print(f"[{k}/{total}] {r['update']} {r['arm']} n={r['nodes']} seed {r['seed']}: gain {r['gain']:+.3f} "
-                      f"cum {r['cum_reward']:.2f} ({r['seconds']:.0f} s; ETA {el / k * (total - k) / 60:.0f} min)",
-                      file=sys.stderr, flush=True)
+        runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, RESULTS / f"sharing{args.tag}.jsonl",
+                         args.jobs, lambda r: (f"{r['update']} {r['arm']} n={r['nodes']} seed {r['seed']}: gain "
+                                               f"{r['gain']:+.3f} cum {r['cum_reward']:.2f} ({r['seconds']:.0f} s)"))
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
         runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted and r["rounds"] == args.rounds]
     rows, diffs = summarise(runs, args.versus)

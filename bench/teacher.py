@@ -101,15 +101,12 @@ the table goes to bench/results/teacher.json. The teachers are trained once, on 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
-import json
-import multiprocessing
 import os
 import statistics
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, interval, table, write_json
+from bench.common import RESULTS, interval, load_jsonl, run_jobs, table, write_json
 from bench.learning_margin import parse_value
 
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
@@ -288,8 +285,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"bench.teacher: --set wants KEY=VALUE, not {item!r}")
         sets[key] = parse_value(value)
     sink_path = RESULTS / f"{args.name}.jsonl"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    done = [json.loads(x) for x in sink_path.read_text().splitlines()] if sink_path.is_file() else []
+    done = load_jsonl(sink_path)
     if not args.report:
         teachers = {spec: str(teacher_dir(spec, args.teacher_rounds))
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
@@ -298,18 +294,9 @@ def main(argv: list[str] | None = None) -> None:
                  "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets}
                 for s in args.seeds for p in args.pairings for a in args.arms
                 if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
-        started, total = time.perf_counter(), len(jobs)
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool, sink_path.open("a") as sink:
-            for k, fut in enumerate(cf.as_completed([pool.submit(run_one, j) for j in jobs]), 1):
-                r = fut.result()
-                sink.write(json.dumps(r) + "\n")
-                sink.flush()
-                done.append(r)
-                elapsed = time.perf_counter() - started
-                print(f"[{k}/{total}] {r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f}, score {r['score_gain']:+.3f} "
-                      f"(peer groups {r['external_groups']}, ext w {r['ext_w']}) — {elapsed:.0f} s, "
-                      f"ETA {elapsed / k * (total - k):.0f} s", flush=True)
+        done += run_jobs(run_one, jobs, sink_path, args.jobs, lambda r: (
+            f"{r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f}, score {r['score_gain']:+.3f} "
+            f"(peer groups {r['external_groups']}, ext w {r['ext_w']})"))
     runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"].partition("@")[0] in args.pairings]
     for r in [r for r in runs if "@" in r["pairing"]]:  # a teacher of other rounds: against the same D, P and A
         runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]

@@ -101,7 +101,11 @@ class Prom:
         self.rounds = Counter("swarm_rounds_total", "Rounds completed", lab, registry=r)
         self.reward = Gauge("swarm_reward_mean", "Mean reward of own completions", lab, registry=r)
         self.accuracy = Gauge("swarm_accuracy", "Fraction of own completions fully correct", lab, registry=r)
-        self.eval_accuracy = Gauge("swarm_eval_accuracy", "Held-out accuracy", lab, registry=r)
+        self.eval_accuracy = Gauge("swarm_eval_accuracy", "Held-out accuracy (before round 0: the baseline's)", lab,
+                                   registry=r)
+        self.eval_before = Gauge("swarm_eval_accuracy_before", "Held-out accuracy before training", lab, registry=r)
+        self.info = Gauge("swarm_node_info", "1, with the node's peer id and model", lab + ["peer_id", "model"],
+                          registry=r)
         self.published = Counter("swarm_rollouts_published_total", "Groups published", lab, registry=r)
         self.received = Counter("swarm_rollouts_received_total", "External groups accepted", lab, registry=r)
         self.dropped = Counter(
@@ -140,6 +144,9 @@ class Prom:
         self.peer_model = Gauge("swarm_peer_info", "1 per peer, with the model its records name", peer + ["model"],
                                 registry=r)
 
+    def identify(self, peer_id: str, model: str) -> None:
+        self.info.labels(self.node, peer_id, model[:64]).set(1)
+
     def serve(self, port: int, host: str) -> int:
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return server.server_port
@@ -150,6 +157,11 @@ class Prom:
         if m.get("reward_mean") is not None:  # None: a learner that received nothing this round
             self.reward.labels(n).set(m["reward_mean"])
             self.accuracy.labels(n).set(m["accuracy"])
+        if m.get("eval_accuracy_before") is not None:  # the baseline: the held-out panel has a point from round 0
+            self.eval_before.labels(n).set(m["eval_accuracy_before"])
+            self.eval_accuracy.labels(n).set(m["eval_accuracy_before"])
+            if m.get("eval_se_before") is not None:
+                self.eval_se.labels(n).set(m["eval_se_before"])
         if m.get("eval_accuracy") is not None:
             self.eval_accuracy.labels(n).set(m["eval_accuracy"])
         self.published.labels(n).inc(m.get("groups_published", 0))
@@ -221,19 +233,31 @@ class Prom:
         return series
 
 
+def write_json(path: Path, value: Any) -> None:
+    """Atomically: a reader (`swarm dashboard`) sees the old file or the new one, never half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
 class MetricsLog:
+    """metrics.jsonl, /metrics, the console line and the trackers; also, for `swarm dashboard` (node.dashboard),
+    the run dir's config.json (the resolved config) and node.json (the node's name, peer id and model)."""
+
     def __init__(self, out_dir: Path, node: str, cfg: MetricsConfig, stream: TextIO = sys.stdout,
-                 run_config: dict[str, Any] | None = None):
+                 run_config: dict[str, Any] | None = None, identity: dict[str, Any] | None = None):
         self.path = out_dir / "metrics.jsonl"
         self.cfg = cfg
         self.stream = stream
         self.prom = Prom(node)
         self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
         self.trackers = build_trackers(cfg, out_dir, node, run_config)
-        if run_config is not None:  # the resolved config, for `swarm dashboard` (node.dashboard)
-            tmp = out_dir / "config.json.tmp"
-            tmp.write_text(json.dumps(run_config, indent=1, sort_keys=False) + "\n")
-            tmp.replace(out_dir / "config.json")
+        if run_config is not None:
+            write_json(out_dir / "config.json", run_config)
+        if identity is not None:  # {"name", "peer_id" (null without a swarm), "model"}
+            write_json(out_dir / "node.json", identity)
+            if identity.get("peer_id"):
+                self.prom.identify(identity["peer_id"], str(identity.get("model") or ""))
         self._start: dict[str, Any] = {"start": "fresh"}
 
     def mark_resumed(self, checkpoint: str = "", next_round: int | None = None) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from losses import build_loss_from_config
 from losses.imitation import with_imitation
+from losses.peer_floor import with_peer_floor
 from node import checkpoint
 from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
@@ -49,8 +50,9 @@ class Node:
         self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
         self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
         self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
-        self.loss_fn = with_imitation(build_loss_from_config(cfg.loss), cfg.train.imitate,
-                                      rows=cfg.train.imitate_rows)
+        self.loss_fn = with_peer_floor(with_imitation(build_loss_from_config(cfg.loss), cfg.train.imitate,
+                                                      rows=cfg.train.imitate_rows), cfg.train.peer_token_floor,
+                                      span=cfg.train.peer_floor_span)
         # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
         self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
         self.optimizer = build_optimizer(self.model, cfg.train)
@@ -67,7 +69,9 @@ class Node:
             print(self.tasks.describe(), flush=True)
             self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
                                        dht=getattr(transport, "dht", None))
-        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
+        self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"),
+                              identity={"name": cfg.name, "peer_id": transport.peer_id if transport else None,
+                                        "model": cfg.model.spec})
         self._eval_set = self.tasks.eval_set()
         self._eval_labels = self.tasks.eval_labels()
         self._system_prompt = self.tasks.system_prompt()

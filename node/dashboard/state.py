@@ -1,7 +1,8 @@
 """What `swarm dashboard` shows, read from run dirs on every poll: one JSON snapshot.
 
-  nodes  per node: its name, peer id and model (from node.log), the resolved config (config.json,
-         secrets hidden), and the series of `swarm plot`'s six panels — reward and accuracy of its
+  nodes  per node: its name, peer id and model (node.json, which every node writes into its run dir; in a
+         run dir without one, the first lines of node.log), the resolved config (config.json, secrets
+         hidden), and the series of `swarm plot`'s six panels — reward and accuracy of its
          own completions (per round and EMA), held-out accuracy ± one standard error (round −1:
          before training), the loss, the KL estimate to the sampler on own and peers' tokens, and
          own vs peers' groups trained per round
@@ -91,6 +92,17 @@ def held_out(rows: list[dict]) -> dict[str, list]:
     return out
 
 
+def node_facts(run_dir: Path) -> dict[str, str]:
+    """peer id and model spec of the node whose run dir this is: its node.json, else its node.log."""
+    try:
+        doc = json.loads((run_dir / "node.json").read_text())
+    except (OSError, ValueError):
+        return _log_facts(run_dir / "node.log")
+    if not isinstance(doc, dict):
+        return _log_facts(run_dir / "node.log")
+    return {k: str(doc[k]) for k in ("peer_id", "model") if isinstance(doc.get(k), str) and doc[k]}
+
+
 def _log_facts(log: Path) -> dict[str, str]:
     """peer id and model spec from the first lines of a node.log ("[lab-0] peer Qm…", "[lab-0] model lab-spell on …")."""
     facts: dict[str, str] = {}
@@ -173,7 +185,7 @@ class Snapshots:
         nodes = []
         for label, path in self.files():
             rows = self._read(path)
-            facts = _log_facts(path.parent / "node.log")
+            facts = node_facts(path.parent)
             cfg_path = path.parent / "config.json"
             try:
                 config = redact(json.loads(cfg_path.read_text())) if cfg_path.is_file() else None

@@ -58,6 +58,19 @@ class TrainConfig(PlacementConfig):
         "reward of this node's own rows in the step (own: a weaker peer's best answers, still worse than what this "
         "node writes, are not imitated; under a binary reward the two choose the same rows unless every own row "
         "of the step is correct). docs/BENCHMARKS.md §12D.")
+    peer_token_floor: float = Field(
+        0.0, ge=0, lt=1.0, description="p: a peer's token whose probability under this node's own policy (at the "
+        "start of the step, at the sampling temperature) is below p gets no gradient, nor (peer_floor_span: rest) "
+        "does any later token of its row, in the loss and in the imitation term; our own rows are untouched. Stops "
+        "a peer teaching text of its choosing placed before a correct answer (docs/BENCHMARKS.md §15C: 0.01 on "
+        "lab-spell); what it takes from honest peers depends on the model (bench/plausibility.py: 3–7 % of "
+        "lab-spell's above-mean tokens at 0.01, 62 % of SmolLM2-135M's at T 1). losses/peer_floor.py; this "
+        "project's own departure from F-TIS and SAPO. 0 = off, the default: with 0.01, honest sharing's gain in the "
+        "binary regime moved −0.005 ± 0.008, missing the rule fixed before the runs (lower end ≥ −0.01).")
+    peer_floor_span: Literal["rest", "token"] = Field(
+        "rest", description="What peer_token_floor takes from a peer's row: rest = the first token below the floor "
+        "and every token after it (text that follows what this node would not write trains nothing, not even as "
+        "context); token = only the tokens below the floor (measured: not enough, docs/BENCHMARKS.md §15C).")
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

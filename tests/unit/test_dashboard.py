@@ -3,6 +3,7 @@ the read-only server, the CLI's one-line errors, and the per-peer tallies behind
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import urllib.error
@@ -13,8 +14,8 @@ import pytest
 
 from node.cli.main import main
 from node.dashboard.server import Dashboard
-from node.dashboard.state import HIDDEN, Snapshots, redact
-from node.metrics import Prom
+from node.dashboard.state import HIDDEN, Snapshots, node_facts, redact
+from node.metrics import MetricsConfig, MetricsLog, Prom
 from node.round.steps import by_peer, merge_by_peer
 
 PEER = "QmPeerOne"
@@ -150,3 +151,53 @@ def test_per_peer_tallies_and_their_prometheus_series():
     assert get("swarm_peer_info", {"node": "lab-0", "peer": "A", "model": "lab-spell"}) == 1
     assert get("swarm_groups_trained", {"node": "lab-0", "source": "peers"}) == 2
     assert get("swarm_loss", {"node": "lab-0"}) == -0.01
+
+
+def test_peers_are_named_from_the_node_json_every_node_writes(tmp_path):
+    """A run dir written by `swarm node` alone (docker compose: no node.log) names its node's peer id, so each
+    node's peers table names the other node; node.json wins over node.log, which older run dirs still have."""
+    for name, me, other in (("node-0", "QmZero", "QmOne"), ("node-1", "QmOne", "QmZero")):
+        d = tmp_path / name
+        d.mkdir()
+        MetricsLog(d, name, MetricsConfig(console=False), stream=io.StringIO(),
+                   identity={"name": name, "peer_id": me, "model": "lab-spell"})
+        (d / "metrics.jsonl").write_text(json.dumps(_row(0, node=name, peer_stats={other: {"received": 4, "used": 4}}))
+                                         + "\n")
+    (tmp_path / "node-0" / "node.log").write_text("[node-0] peer QmStale listening on /ip4/127.0.0.1/tcp/1\n")
+    snap = Snapshots([tmp_path]).snapshot()
+    assert {n["label"]: (n["peer_id"], n["model"]) for n in snap["nodes"]} == {
+        "node-0": ("QmZero", "lab-spell"), "node-1": ("QmOne", "lab-spell")}
+    assert {(p["node"], p["peer_name"], p["used"]) for p in snap["peers"]} == {("node-0", "node-1", 4),
+                                                                               ("node-1", "node-0", 4)}
+    assert node_facts(tmp_path / "node-0") == {"peer_id": "QmZero", "model": "lab-spell"}
+    (tmp_path / "node-0" / "node.json").write_text("{half a file")  # unreadable: the node.log fallback
+    assert node_facts(tmp_path / "node-0") == {"peer_id": "QmStale"}
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    MetricsLog(solo, "solo", MetricsConfig(console=False), stream=io.StringIO(),
+               identity={"name": "solo", "peer_id": None, "model": "lab-spell"})
+    assert node_facts(solo) == {"model": "lab-spell"}  # no swarm: no peer id
+
+
+def test_node_identity_and_the_baseline_reach_prometheus(tmp_path):
+    log = MetricsLog(tmp_path, "lab-0", MetricsConfig(console=False), stream=io.StringIO(),
+                     identity={"name": "lab-0", "peer_id": "QmSelf", "model": "lab-spell"})
+    get = log.prom.registry.get_sample_value
+    assert get("swarm_node_info", {"node": "lab-0", "peer_id": "QmSelf", "model": "lab-spell"}) == 1
+    assert get("swarm_eval_accuracy", {"node": "lab-0"}) is None  # nothing before round 0 is written
+    log.write({**_row(0, eval_accuracy_before=0.4, eval_se_before=0.02, eval_size=100), "step_s": 0.1,
+               "tokens_per_s": 10.0, "round_s": 1.0})
+    node = {"node": "lab-0"}
+    assert (get("swarm_eval_accuracy", node), get("swarm_eval_accuracy_se", node)) == (0.4, 0.02)
+    assert get("swarm_eval_accuracy_before", node) == 0.4
+    log.write({**_row(1), "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0})  # no eval: the baseline stands
+    assert get("swarm_eval_accuracy", node) == 0.4
+    log.write({**_row(2, eval_accuracy=0.55, eval_se=0.03), "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0})
+    assert (get("swarm_eval_accuracy", node), get("swarm_eval_accuracy_se", node)) == (0.55, 0.03)
+    assert get("swarm_eval_accuracy_before", node) == 0.4
+    # round 0 with its own eval (eval.every 1): the round's eval is the current one, the baseline stays apart
+    both = Prom("lab-1")
+    both.observe({**_row(0, node="lab-1", eval_accuracy_before=0.4, eval_accuracy=0.45), "step_s": 0.1,
+                  "tokens_per_s": 10.0})
+    assert both.registry.get_sample_value("swarm_eval_accuracy", {"node": "lab-1"}) == 0.45
+    assert both.registry.get_sample_value("swarm_eval_accuracy_before", {"node": "lab-1"}) == 0.4

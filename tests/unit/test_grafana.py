@@ -4,7 +4,7 @@ its layout and queries are consistent, every panel queries the provisioned Prome
 over metric names the node defines, and docker-compose.yml mounts exactly these files.
 
 That every metric a panel names is exported by a running node is checked against a live /metrics endpoint
-in tests/integration/test_dashboard.py."""
+in tests/integration/test_dashboard.py; every expression is evaluated by a live Prometheus in tests/compose."""
 
 from __future__ import annotations
 

@@ -1,0 +1,109 @@
+"""docker-compose.yml on a real engine (conftest.py brings it up and waits until both nodes trained on ≥ 8 of
+each other's groups): one image built once and run by every rlswarm service, the lab model built once before
+the nodes start, peers named on the dashboard, Prometheus on 127.0.0.1 scraping both nodes, every Grafana
+expression answered by the live Prometheus, and nothing left behind by `down` (run last: it takes it down)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from tests.compose.engine import sh
+from tests.compose.stack import (
+    GROUPS,
+    MAY_BE_EMPTY,
+    NODES,
+    RLSWARM_SERVICES,
+    get_json,
+    get_text,
+    groups_used_from,
+    label_values,
+    prom_query,
+    runnable,
+)
+from tests.unit.test_grafana import dashboard, queries
+
+
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp[:26].rstrip("Z"))  # Docker's nanoseconds: microseconds are enough
+
+
+def test_one_image_built_once_and_run_by_every_rlswarm_service(up):
+    config = up.stack.config()["services"]
+    assert [name for name, svc in config.items() if "build" in svc] == ["model"]
+    image_id = json.loads(sh(["docker", "image", "inspect", up.image]).stdout)[0]["Id"]
+    containers = up.stack.containers()
+    assert set(RLSWARM_SERVICES) <= set(containers)
+    assert {name: containers[name]["Image"] for name in RLSWARM_SERVICES} == dict.fromkeys(RLSWARM_SERVICES, image_id)
+
+
+def test_lab_model_built_once_before_the_nodes_start(up):
+    containers = up.stack.containers()
+    model = containers["model"]["State"]
+    assert (model["Status"], model["ExitCode"]) == ("exited", 0)
+    assert "building built-in model 'lab-spell'" in up.stack.logs("model")
+    for name in NODES:
+        assert "building built-in model" not in up.stack.logs(name), name
+        assert _time(containers[name]["State"]["StartedAt"]) >= _time(model["FinishedAt"]), name
+
+
+def test_each_node_trained_on_the_others_groups_named_by_the_dashboard(up):
+    state = get_json(f"{up.dashboard}/api/state")
+    ids = {n["label"]: n["peer_id"] for n in state["nodes"]}
+    assert set(ids) == set(NODES) and all(ids.values()) and len(set(ids.values())) == 2, ids
+    used = groups_used_from(state)
+    for a, b in ((NODES[0], NODES[1]), (NODES[1], NODES[0])):
+        assert used.get((a, b), 0) >= GROUPS, used
+    # Prometheus says the same, in peer ids: each node's swarm_node_info names the peer the other trained on
+    info = {r["metric"]["node"]: r["metric"]["peer_id"] for r in prom_query(up.prometheus, "swarm_node_info")
+            ["data"]["result"]}
+    assert info == ids
+    used_prom = prom_query(up.prometheus, "swarm_peer_groups_used_total")["data"]["result"]
+    by_pair = {(r["metric"]["node"], r["metric"]["peer"]): float(r["value"][1]) for r in used_prom}
+    assert by_pair.get((NODES[0], ids[NODES[1]]), 0) >= GROUPS and by_pair.get((NODES[1], ids[NODES[0]]), 0) >= GROUPS
+
+
+def test_dashboard_page_answers_on_loopback(up):
+    page = get_text(f"{up.dashboard}/")
+    assert "<html" in page.lower() and "dashboard.js" in page
+    assert "uPlot" in get_text(f"{up.dashboard}/static/vendor/uPlot.iife.min.js")
+    (binding,) = up.stack.containers()["dashboard"]["HostConfig"]["PortBindings"]["8050/tcp"]
+    assert binding["HostIp"] == "127.0.0.1"
+
+
+def test_prometheus_on_loopback_scrapes_both_nodes(up):
+    (binding,) = up.stack.containers()["prometheus"]["HostConfig"]["PortBindings"]["9090/tcp"]
+    assert binding["HostIp"] == "127.0.0.1"
+    targets = get_json(f"{up.prometheus}/api/v1/targets")["data"]["activeTargets"]
+    assert {t["labels"]["instance"]: t["health"] for t in targets} == {f"{n}:9100": "up" for n in NODES}
+
+
+def test_every_grafana_expression_runs_against_prometheus(up):
+    errors, empty, answered = [], [], 0
+    for expr in queries(dashboard()):
+        values = label_values(up.prometheus, expr)
+        if values is not None:  # the `node` variable's query
+            assert set(NODES) <= set(values), values
+            answered += 1
+            continue
+        answer = prom_query(up.prometheus, runnable(expr))
+        if answer.get("status") != "success":
+            errors.append(f"{expr}: {answer.get('error')}")
+        elif not answer["data"]["result"]:
+            empty.append(expr)
+        else:
+            answered += 1
+    assert not errors, errors
+    assert [e for e in empty if not MAY_BE_EMPTY.search(e)] == [], empty
+    up.measured["grafana_expressions"] = {"with_data": answered, "empty": len(empty), "errors": len(errors)}
+    # the held-out panel has each node's baseline from round 0 on (the first eval round is 50)
+    held_out = prom_query(up.prometheus, "swarm_eval_accuracy")["data"]["result"]
+    assert {r["metric"]["node"] for r in held_out} == set(NODES)
+
+
+def test_down_leaves_no_container_network_or_volume(up):
+    named = {m["Name"] for c in up.stack.containers().values() for m in c["Mounts"] if m["Type"] == "volume"}
+    assert named and all(v.startswith(up.stack.project + "_") for v in named), named  # no anonymous volume
+    up.stack.down()
+    assert up.stack.leftovers() == {"container": [], "network": [], "volume": []}
+    assert set(sh(["docker", "volume", "ls", "-q"]).stdout.split()) <= up.volumes_before
