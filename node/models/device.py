@@ -24,6 +24,7 @@ the CLI prints as one line (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import types
 from dataclasses import dataclass, field
@@ -120,6 +121,28 @@ def _autocast_forward(self, *args, **kwargs):
 def _innermost(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model under a peft wrapper (whose forward every path ends in), or the model."""
     return model.get_base_model() if hasattr(model, "peft_config") else model
+
+
+def innermost(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model a peft wrapper adapts in place (its LoRA layers included), or the model."""
+    return _innermost(model)
+
+
+def autocast_of(model: torch.nn.Module):
+    """The mixed-precision context the model's own forward runs under, for passes that call its parts
+    (body, output head) directly (node.round.scoring); a no-op context without autocast."""
+    precision: Precision | None = getattr(_innermost(model), "_rlswarm_precision", None)
+    if precision is None or precision.dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(precision.device.type, dtype=precision.dtype)
+
+
+def loss_scaled(model: torch.nn.Module, logits: torch.Tensor) -> torch.Tensor:
+    """Logits whose gradient carries the float16 loss scale, as the model's own forward returns them."""
+    precision: Precision | None = getattr(_innermost(model), "_rlswarm_precision", None)
+    if precision is not None and precision.scale is not None and torch.is_grad_enabled():
+        return _ScaleGrad.apply(logits.float(), precision)
+    return logits
 
 
 def place(model: torch.nn.Module, cfg) -> Precision:
