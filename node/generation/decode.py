@@ -143,6 +143,16 @@ class StaticDecoder:
         return self.step_forward()
 
 
+def reserve_bytes(model: torch.nn.Module, rows: int, length: int, decoders: int) -> int:
+    """What `decoders` StaticDecoders of rows × length allocate (KV caches), plus one step's float32 logits
+    and the sampling's copies of them."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv = 2 * config.num_hidden_layers * heads * head_dim * next(model.parameters()).element_size()
+    return decoders * kv * rows * length + 4 * 4 * rows * config.vocab_size
+
+
 @dataclass
 class Decoded:
     tokens: torch.Tensor  # [rows, steps] on the CPU: sampled ids, padding after a row's EOS
@@ -158,13 +168,16 @@ class DecodeLoop:
         self.cuda_graphs = cuda_graphs
         self._decoders: OrderedDict[tuple, StaticDecoder] = OrderedDict()
 
+    def bucket(self, rows: int, length: int, device: torch.device) -> tuple[int, int]:
+        """The (rows, length) a decoder for this batch has: bucketed for CUDA graphs, else rows exact."""
+        if self.cuda_graphs and device.type == "cuda":
+            return max(8, 1 << (rows - 1).bit_length()), -(-length // 128) * 128
+        return rows, -(-length // 64) * 64
+
     def decoder(self, model: torch.nn.Module, rows: int, length: int) -> StaticDecoder:
         device = next(model.parameters()).device
         graphs = self.cuda_graphs and device.type == "cuda"
-        if graphs:
-            rows, length = max(8, 1 << (rows - 1).bit_length()), -(-length // 128) * 128
-        else:
-            length = -(-length // 64) * 64
+        rows, length = self.bucket(rows, length, device)
         key = (id(model), rows, length)
         if key in self._decoders:
             self._decoders.move_to_end(key)

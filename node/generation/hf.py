@@ -23,7 +23,7 @@ import torch
 
 from node.generation.base import GenerationResult, trimmed_completion
 from node.generation.config import GenerationConfig
-from node.generation.decode import DecodeLoop, attention_backend, unsupported_reason
+from node.generation.decode import DecodeLoop, attention_backend, reserve_bytes, unsupported_reason
 from node.generation.merged import MergedCopy
 
 
@@ -59,6 +59,15 @@ class HFGenerator:
             "LoRA through the adapter" if self.lora else "the training model"
         return f"decode loop on {device}: {what}, static KV cache, {attention_backend(self._decoding_model())} " \
                f"attention, {graphs}"
+
+    def reserve_bytes(self, rows: int, length: int) -> int:
+        """Device memory the loop will allocate for batches of `rows` sequences of `length` tokens (its
+        KV caches, kept for reuse, and a step's logits): what the training step must leave free."""
+        if self.fallback is not None:
+            return 0
+        model = self._decoding_model()
+        rows, length = self.loop.bucket(rows, length, next(model.parameters()).device)
+        return reserve_bytes(model, rows, length, DecodeLoop.KEEP)
 
     def _decoding_model(self) -> torch.nn.Module:
         if self.merged is not None:

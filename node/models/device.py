@@ -150,8 +150,8 @@ def place(model: torch.nn.Module, cfg) -> Precision:
     device = resolve_device(cfg.device)
     model.to(device)
     inner = _innermost(model)
-    if cfg.gradient_checkpointing:
-        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.gradient_checkpointing is True:  # auto: decided by measurement (node.round.memory)
+        set_checkpointing(model, True)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, None: None}[cfg.autocast]
     precision = Precision(device, dtype, INITIAL_SCALE if dtype is torch.float16 else None)
     if dtype is not None:
@@ -162,6 +162,23 @@ def place(model: torch.nn.Module, cfg) -> Precision:
                 if p.requires_grad:
                     p.register_hook(lambda g, pr=precision: g / pr.scale)
     return precision
+
+
+def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """Turn gradient (activation) checkpointing of the model's layers on or off (transformers ≥ 5.20 names
+    it activation checkpointing; the older name stays for earlier versions)."""
+    inner = _innermost(model)
+    if on == checkpointing(model):
+        return
+    if on:
+        enable = getattr(inner, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        disable = getattr(inner, "activation_checkpointing_disable", None)
+        (disable or inner.gradient_checkpointing_disable)()
 
 
 def checkpointing(model: torch.nn.Module) -> bool:
