@@ -7,9 +7,12 @@ from that distribution restricted to the nucleus and renormalised, exactly as tr
 TopPLogitsWarper builds it: sort ascending, drop the tokens whose cumulative probability is
 ≤ 1 − top_p, always keep the most likely one.
 
-The draw is an exponential race, argmax_i p_i / E_i with E_i ~ Exp(1), which picks i with probability
-p_i / Σ p — the categorical draw without `torch.multinomial`'s host synchronisation on a GPU.
-Nothing of shape [rows, steps, vocab] exists: each step's [rows, vocab] tensors are dropped after it.
+The draw inverts the cumulative distribution: u ~ U(0, Σ p) per row, the token is the first whose
+cumulative mass (summed in float64, so that no token's share is lost to rounding in a 151,936-entry
+vocabulary) exceeds u. It takes a handful of passes over [rows, vocab] — fewer than
+`torch.multinomial` or an exponential race, whose exponential draws are slow on a CPU — and no host
+synchronisation on a GPU. Nothing of shape [rows, steps, vocab] exists: each step's [rows, vocab]
+tensors are dropped after it.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0, *,
     """(token [rows] long, log μ of it [rows] float32) from one step's logits [rows, vocab].
 
     greedy: the argmax (the mode; its log μ is still the temperature-scaled one)."""
-    z = logits.float() / temperature
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    logp_all = z.log_softmax(dim=-1)
     if greedy:
         token = z.argmax(dim=-1)
     else:
-        probs = (nucleus(z, top_p) if top_p < 1.0 else z).softmax(dim=-1)
-        race = torch.empty_like(probs).exponential_(generator=generator)
-        token = probs.div_(race).argmax(dim=-1)
-    logp = z.gather(-1, token.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
-    return token, logp
+        cdf = (nucleus(logp_all, top_p) if top_p < 1.0 else logp_all).exp().double().cumsum_(dim=-1)
+        u = torch.rand((z.shape[0], 1), dtype=torch.float64, device=z.device, generator=generator) * cdf[:, -1:]
+        token = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=z.shape[-1] - 1)
+    return token, logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
