@@ -64,11 +64,11 @@ class Node:
             self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
                                        dht=getattr(transport, "dht", None))
         self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"))
-        self.memory_plan = self._plan_memory()  # train.* auto: resolved once, here, into self.cfg
         self._eval_set = self.tasks.eval_set()
         self._eval_labels = self.tasks.eval_labels()
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
+        self.memory_plan = self._plan_memory()  # train.* auto: resolved once, here, into self.cfg
         self.policy_version = 0
         self.next_round = 0
         self.start = "fresh start"  # or "resumed from <checkpoint>" (_resume)
