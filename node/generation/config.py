@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class VLLMOptions(BaseModel):
-    """Knobs of the `vllm` backend only (node/generation/vllm.py); ignored by `hf`."""
+    """Knobs of the `vllm` backend only (node/generation/vllm.py); ignored by the others."""
 
     model_config = ConfigDict(extra="forbid")
     gpu_memory_utilization: float = Field(

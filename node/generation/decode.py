@@ -113,6 +113,10 @@ class StaticDecoder:
         self.slot = torch.zeros((1,), dtype=torch.long, device=device)  # the cache slot the step writes
         self.graph = None  # node.generation.graphs.StepGraph once captured
 
+    def attention(self):
+        """The SDPA kernels its steps run with (attention_context)."""
+        return attention_context(self.device)
+
     def step_forward(self) -> torch.Tensor:
         """The decode step on the static buffers (what a CUDA graph captures)."""
         return self.call(self.model, self.cache, self.tokens, self.positions,

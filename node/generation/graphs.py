@@ -34,10 +34,8 @@ class StepGraph:
 
 def capture(dec) -> None:
     """Capture `dec.step_forward()` into `dec.graph` (a node.generation.decode.StaticDecoder)."""
-    from node.generation.decode import attention_context
-
     try:
-        with torch.no_grad(), attention_context(dec.device):
+        with torch.no_grad(), dec.attention():
             dec.attend[:, 0] = True  # a well-formed mask for the warm-up steps
             stream = torch.cuda.Stream(dec.device)
             stream.wait_stream(torch.cuda.current_stream(dec.device))
