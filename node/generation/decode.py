@@ -8,7 +8,9 @@
     sample    node.generation.sampling.sample_next on that step's [rows, vocab] logits: the token and
               its log μ in float32 at once; nothing of shape [rows, steps, vocab] is ever kept
     stop      a row stops at its first EOS (later tokens are padding, trimmed by the caller); the loop
-              ends when every row has stopped or `max_new_tokens` were sampled
+              ends when every row has stopped or `max_new_tokens` were sampled. Without a CUDA graph,
+              once a quarter of the rows still in the batch have stopped they are dropped from it
+              (the KV cache cut by transformers' `reorder_cache`): a CPU does not spend steps on them
 
 Left padding: a padded query position attends to its own slot only, so the padding's keys and values
 stay finite (never NaN) and no real token ever attends to them.
@@ -104,14 +106,25 @@ class StaticDecoder:
     """The KV cache and the step's static buffers for `rows` sequences of at most `length` tokens."""
 
     def __init__(self, model: torch.nn.Module, rows: int, length: int, device: torch.device):
-        self.model, self.rows, self.length, self.device = model, rows, length, device
+        self.model, self.length, self.device = model, length, device
         self.call = ForwardCall(model)
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
-        self.tokens = torch.zeros((rows, 1), dtype=torch.long, device=device)
-        self.positions = torch.zeros((rows, 1), dtype=torch.long, device=device)
-        self.attend = torch.zeros((rows, length), dtype=torch.bool, device=device)
-        self.slot = torch.zeros((1,), dtype=torch.long, device=device)  # the cache slot the step writes
         self.graph = None  # node.generation.graphs.StepGraph once captured
+        self._allocate(rows)
+
+    def _allocate(self, rows: int) -> None:
+        self.rows = self.full_rows = rows
+        self.cache = StaticCache(config=self.model.config, max_cache_len=self.length)
+        self.tokens = torch.zeros((rows, 1), dtype=torch.long, device=self.device)
+        self.positions = torch.zeros((rows, 1), dtype=torch.long, device=self.device)
+        self.attend = torch.zeros((rows, self.length), dtype=torch.bool, device=self.device)
+        self.slot = torch.zeros((1,), dtype=torch.long, device=self.device)  # the cache slot the step writes
+
+    def compact(self, keep: torch.Tensor) -> None:
+        """Keep only rows `keep` (eager decoders only: a graph's buffers cannot shrink). The KV cache is cut
+        with transformers' own `reorder_cache`; the next prefill allocates the full batch again."""
+        self.cache.reorder_cache(keep)
+        self.tokens, self.positions, self.attend = self.tokens[keep], self.positions[keep], self.attend[keep]
+        self.rows = len(keep)
 
     def attention(self):
         """The SDPA kernels its steps run with (attention_context)."""
@@ -124,6 +137,8 @@ class StaticDecoder:
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts ids/mask [rows, P] into slots 0..P−1; the last position's logits [rows, V]."""
+        if self.rows != self.full_rows:  # compacted by the previous call
+            self._allocate(self.full_rows)
         self.cache.reset()
         p = ids.shape[1]
         self.attend.zero_()
@@ -208,26 +223,31 @@ class DecodeLoop:
         n, p = len(prompts), max(len(x) for x in prompts)
         dec = self.decoder(model, n, p + max_new_tokens)
         dev = dec.device
-        ids = torch.full((dec.rows, p), pad_id, dtype=torch.long)
-        mask = torch.zeros((dec.rows, p), dtype=torch.bool)
+        ids = torch.full((dec.full_rows, p), pad_id, dtype=torch.long)
+        mask = torch.zeros((dec.full_rows, p), dtype=torch.bool)
         for i, prompt in enumerate(prompts):
             ids[i, p - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             mask[i, p - len(prompt):] = True
-        out_tokens = torch.full((dec.rows, max_new_tokens), pad_id, dtype=torch.long, device=dev)
-        out_logp = torch.zeros((dec.rows, max_new_tokens), dtype=torch.float32, device=dev)
-        done = torch.zeros(dec.rows, dtype=torch.bool, device=dev)
+        out_tokens = torch.full((dec.full_rows, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+        out_logp = torch.zeros((dec.full_rows, max_new_tokens), dtype=torch.float32, device=dev)
+        done = torch.zeros(dec.full_rows, dtype=torch.bool, device=dev)
         done[n:] = True  # bucket padding rows
+        rows = torch.arange(dec.full_rows, device=dev)  # the output row of each decoder row (compaction reorders)
         check_every = 8 if dev.type == "cuda" else 1  # a host sync per check
         with attention_context(dev):
             logits = dec.prefill(ids.to(dev), mask.to(dev))
             for t in range(max_new_tokens):
                 token, logp = sample_next(logits, temperature, top_p, greedy=greedy)
                 token = token.masked_fill(done, pad_id)
-                out_tokens[:, t] = token
-                out_logp[:, t] = logp
+                out_tokens[rows, t] = token
+                out_logp[rows, t] = logp
                 done |= token == eos_id
                 if t + 1 == max_new_tokens or ((t + 1) % check_every == 0 and bool(done.all())):
                     break
+                if dec.graph is None and 4 * int(done.sum()) >= dec.rows:  # a quarter finished: drop them
+                    keep = (~done).nonzero().squeeze(-1)
+                    dec.compact(keep)
+                    rows, done, token = rows[keep], done[keep], token[keep]
                 logits = dec.step(token, p + t)
         steps = t + 1
         return Decoded(out_tokens[:n, :steps].cpu(), out_logp[:n, :steps].cpu())

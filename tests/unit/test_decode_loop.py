@@ -150,14 +150,18 @@ def test_eos_stops_a_row_and_the_loop_ends_when_every_row_has(tiny_qwen):
     lm, loop = tiny_qwen, DecodeLoop()
     ids = _ids(lm, _prompts(lm))
     kw = dict(temperature=1.0, top_p=1.0, pad_id=lm.tokenizer.pad_token_id, greedy=True)
-    free = loop.run(lm.model, ids, max_new_tokens=12, eos_id=-1, **kw).tokens.tolist()  # no EOS: all 12 tokens
+    unstopped = loop.run(lm.model, ids, max_new_tokens=12, eos_id=-1, **kw)  # no EOS: all 12 tokens
+    free = unstopped.tokens.tolist()
     assert all(len(r) == 12 for r in free)
     eos = free[0][3]  # row 0's fourth greedy token, as the EOS id
     out = loop.run(lm.model, ids, max_new_tokens=12, eos_id=eos, **kw)
-    for row, ref in zip(out.tokens.tolist(), free):
+    assert eos in free[0][:3] or not all(eos in r for r in free)  # rows stop at different steps: the batch shrinks
+    for i, (row, ref) in enumerate(zip(out.tokens.tolist(), free)):
         stop = ref.index(eos) + 1 if eos in ref else len(ref)
         assert row[:stop] == ref[:stop]  # the same tokens up to and including the first EOS
         assert all(t == lm.tokenizer.pad_token_id for t in row[stop:])  # padding after it
+        # the rows still running after others stopped (and were dropped from the batch) decode as before
+        torch.testing.assert_close(out.logprobs[i, :stop], unstopped.logprobs[i, :stop], rtol=0, atol=1e-5)
     single = loop.run(lm.model, ids[:1], max_new_tokens=12, eos_id=eos, **kw)
     assert single.tokens.shape[1] == free[0].index(eos) + 1  # the loop ended as soon as the only row stopped
 
