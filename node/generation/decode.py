@@ -164,12 +164,12 @@ class StaticDecoder:
 
 def reserve_bytes(model: torch.nn.Module, rows: int, length: int, decoders: int) -> int:
     """What `decoders` StaticDecoders of rows × length allocate (KV caches), plus one step's float32 logits
-    and the sampling's copies of them."""
+    and the sampling's copies of them (log-probabilities, probabilities, their float64 cumulative sum)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv = 2 * config.num_hidden_layers * heads * head_dim * next(model.parameters()).element_size()
-    return decoders * kv * rows * length + 4 * 4 * rows * config.vocab_size
+    return decoders * kv * rows * length + (4 + 4 + 4 + 8) * rows * config.vocab_size
 
 
 @dataclass

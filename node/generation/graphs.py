@@ -44,7 +44,7 @@ def capture(dec) -> None:
                     dec.step_forward()
             torch.cuda.current_stream(dec.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads may query CUDA
                 logits = dec.step_forward()
         dec.graph = StepGraph(graph, logits)
     except Exception as exc:  # noqa: BLE001 — any capture failure leaves a working eager decoder

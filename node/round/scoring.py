@@ -5,7 +5,8 @@ completion gets ratio exp(logp − logp_beh) = 1 up to float error. Rows are pac
 `prompt ‖ completion`, right-padded; the hidden state at position p predicts token p + 1.
 
 Memory: logits are computed only where a completion token is predicted, and there only in chunks
-of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits: the model's body gives the hidden
+of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits (64 MiB on a CPU, 256 MiB on a GPU,
+where bigger matrix products keep it busy): the model's body gives the hidden
 states [B, S, H], the positions that predict completion tokens are picked out ([N, H], N real
 completion tokens), and each chunk goes through the output head, the temperature and a float32
 log-softmax, keeping only each row's target log-probability. With gradients, every chunk is
@@ -24,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 from node.models.device import autocast_of, innermost, loss_scaled
 
-LOGIT_CHUNK_BYTES = 64 << 20  # float32 logits per chunk of completion tokens
+LOGIT_CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # float32 logits per chunk of completion tokens
 _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
@@ -82,7 +83,8 @@ def target_logprobs(model: torch.nn.Module, head: torch.nn.Module, hidden: torch
         z = loss_scaled(model, logits).float() / temperature
         return z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
 
-    per_chunk = max(1, LOGIT_CHUNK_BYTES // (4 * head.weight.shape[0]))
+    budget = LOGIT_CHUNK_BYTES.get(hidden.device.type, LOGIT_CHUNK_BYTES["cpu"])
+    per_chunk = max(1, budget // (4 * head.weight.shape[0]))
     parts = []
     for lo in range(0, hidden.shape[0], per_chunk):
         h, t = hidden[lo : lo + per_chunk], targets[lo : lo + per_chunk]
