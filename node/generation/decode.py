@@ -24,7 +24,7 @@ costs milliseconds of host time per call (`DECODE_SDPA_BACKENDS`).
 CUDA graphs (node.generation.graphs): on a GPU the step is captured once per (rows bucket, length
 bucket) and replayed, so a decode step costs one launch instead of thousands; the buffers above are
 exactly the graph's inputs. Rows are padded up to a power of two (≥ 8) and lengths to a multiple of
-128 there, so a few buckets serve every round; on the CPU both are exact (rows) or rounded to 64.
+128 there, so a few buckets serve every round; on the CPU rows are exact and lengths rounded to 16.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class DecodeLoop:
         """The (rows, length) a decoder for this batch has: bucketed for CUDA graphs, else rows exact."""
         if self.cuda_graphs and device.type == "cuda":
             return max(8, 1 << (rows - 1).bit_length()), -(-length // 128) * 128
-        return rows, -(-length // 64) * 64
+        return rows, -(-length // 16) * 16
 
     def decoder(self, model: torch.nn.Module, rows: int, length: int) -> StaticDecoder:
         device = next(model.parameters()).device
