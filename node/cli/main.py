@@ -122,6 +122,9 @@ def cmd_node(args) -> int:
         print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
               f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} ({node.start}) · out {out}", flush=True)
+        print(f"[{cfg.name}] {getattr(node.generator, 'choice', cfg.generation.backend)}", flush=True)
+        if node.memory_plan is not None:
+            print(f"[{cfg.name}] train: {node.memory_plan.describe()}", flush=True)
         run(node, cfg.rounds)
     return 0
 

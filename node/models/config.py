@@ -63,9 +63,10 @@ class PlacementConfig(BaseModel):
         None, description="Mixed precision: forward passes (generation, scoring, training) run under "
         "torch.autocast in this dtype while weights and optimizer state stay in model.dtype; float16 adds a "
         "dynamic loss scale (a step whose gradients overflow is skipped). null = model.dtype throughout.")
-    gradient_checkpointing: bool = Field(
+    gradient_checkpointing: bool | Literal["auto"] = Field(
         False, description="Recompute activations in the backward pass: less memory for long completions, "
-        "about a third more compute per training step.")
+        "about a third more compute per training step. auto: measured once at start (node/round/memory.py) — on "
+        "only when the micro-batch would not fit in the training device's free memory without it.")
 
     @field_validator("device")
     @classmethod

@@ -24,6 +24,7 @@ the CLI prints as one line (exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import types
 from dataclasses import dataclass, field
@@ -122,13 +123,35 @@ def _innermost(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if hasattr(model, "peft_config") else model
 
 
+def innermost(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model a peft wrapper adapts in place (its LoRA layers included), or the model."""
+    return _innermost(model)
+
+
+def autocast_of(model: torch.nn.Module):
+    """The mixed-precision context the model's own forward runs under, for passes that call its parts
+    (body, output head) directly (node.round.scoring); a no-op context without autocast."""
+    precision: Precision | None = getattr(_innermost(model), "_rlswarm_precision", None)
+    if precision is None or precision.dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(precision.device.type, dtype=precision.dtype)
+
+
+def loss_scaled(model: torch.nn.Module, logits: torch.Tensor) -> torch.Tensor:
+    """Logits whose gradient carries the float16 loss scale, as the model's own forward returns them."""
+    precision: Precision | None = getattr(_innermost(model), "_rlswarm_precision", None)
+    if precision is not None and precision.scale is not None and torch.is_grad_enabled():
+        return _ScaleGrad.apply(logits.float(), precision)
+    return logits
+
+
 def place(model: torch.nn.Module, cfg) -> Precision:
     """Move `model` to cfg.device, enable gradient checkpointing and autocast as configured (see module doc)."""
     device = resolve_device(cfg.device)
     model.to(device)
     inner = _innermost(model)
-    if cfg.gradient_checkpointing:
-        inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.gradient_checkpointing is True:  # auto: decided by measurement (node.round.memory)
+        set_checkpointing(model, True)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, None: None}[cfg.autocast]
     precision = Precision(device, dtype, INITIAL_SCALE if dtype is torch.float16 else None)
     if dtype is not None:
@@ -139,6 +162,23 @@ def place(model: torch.nn.Module, cfg) -> Precision:
                 if p.requires_grad:
                     p.register_hook(lambda g, pr=precision: g / pr.scale)
     return precision
+
+
+def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """Turn gradient (activation) checkpointing of the model's layers on or off (transformers ≥ 5.20 names
+    it activation checkpointing; the older name stays for earlier versions)."""
+    inner = _innermost(model)
+    if on == checkpointing(model):
+        return
+    if on:
+        enable = getattr(inner, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        disable = getattr(inner, "activation_checkpointing_disable", None)
+        (disable or inner.gradient_checkpointing_disable)()
 
 
 def checkpointing(model: torch.nn.Module) -> bool:

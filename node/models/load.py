@@ -272,11 +272,11 @@ def load_model(cfg: ModelConfig, *, cache_dir: Path | None = None) -> LoadedMode
         )
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.lora is not None:
-        model = _wrap_lora(model, cfg.lora)
+        model = wrap_lora(model, cfg.lora)
     return LoadedModel(model, tokenizer, cfg.spec, tokenizer_fingerprint(tokenizer), vocab_size)
 
 
-def _wrap_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
+def wrap_lora(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     """peft LoRA with a seeded init: every node with the same `init_seed` gets the same adapter."""
     from peft import LoraConfig, get_peft_model
 

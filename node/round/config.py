@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from node.models.config import PlacementConfig
 
@@ -22,8 +22,10 @@ class TrainConfig(PlacementConfig):
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     grad_clip: float = Field(1.0, gt=0, le=1e6, description="Global gradient-norm clip.")
-    micro_batch_rows: int = Field(
-        16, ge=1, le=65536, description="Most completions per forward/backward pass."
+    micro_batch_rows: int | Literal["auto"] = Field(
+        16, description="Most completions per forward/backward pass (1–65536). auto: the most rows of the longest "
+        "length a step can hold that fit the training device's free memory, measured once at start and printed "
+        "(node/round/memory.py)."
     )
     dash_threshold: float = Field(
         0.0, ge=0, le=10.0, description="DASH: drop rows with |A| below this (0 = keep all)."
@@ -71,6 +73,14 @@ class TrainConfig(PlacementConfig):
         "rest", description="What peer_token_floor takes from a peer's row: rest = the first token below the floor "
         "and every token after it (text that follows what this node would not write trains nothing, not even as "
         "context); token = only the tokens below the floor (measured: not enough, docs/BENCHMARKS.md §15C).")
+
+    @field_validator("micro_batch_rows")
+    @classmethod
+    def _rows(cls, v: int | str) -> int | str:
+        if v != "auto" and not 1 <= v <= 65536:
+            raise ValueError(f"micro_batch_rows must be auto or 1–65536, not {v}")
+        return v
+
 
 class SelectConfig(BaseModel):
     """SAPO selection sizes."""

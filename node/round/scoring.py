@@ -2,7 +2,18 @@
 
 The same temperature-scaled convention as generation (docs/ARCHITECTURE.md §6), so that a local, on-policy
 completion gets ratio exp(logp − logp_beh) = 1 up to float error. Rows are packed as
-`prompt ‖ completion`, right-padded; the logit at position p predicts token p + 1.
+`prompt ‖ completion`, right-padded; the hidden state at position p predicts token p + 1.
+
+Memory: logits are computed only where a completion token is predicted, and there only in chunks
+of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits (64 MiB on a CPU, 256 MiB on a GPU,
+where bigger matrix products keep it busy): the model's body gives the hidden
+states [B, S, H], the positions that predict completion tokens are picked out ([N, H], N real
+completion tokens), and each chunk goes through the output head, the temperature and a float32
+log-softmax, keeping only each row's target log-probability. With gradients, every chunk is
+recomputed in the backward pass (torch.utils.checkpoint), so what the step keeps of the head is the
+[N, H] hidden states and [N] log-probabilities — never a [B, T, V] tensor, whatever the vocabulary.
+A model whose logits are not its output head applied to its body's last hidden state (softcapping,
+logit scaling) is scored by its own full forward instead (`head_split`).
 """
 
 from __future__ import annotations
@@ -10,6 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
+
+from node.models.device import autocast_of, innermost, loss_scaled
+
+LOGIT_CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # float32 logits per chunk of completion tokens
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 
 @dataclass
@@ -42,6 +59,39 @@ def pack_rows(rows: list[TokenRow], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return input_ids, attention, pred_pos, mask
 
 
+def head_split(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(body, output head) when logits = head(body(...).last_hidden_state) exactly, else None."""
+    inner = innermost(model)
+    if not (hasattr(inner, "get_decoder") and hasattr(inner, "get_output_embeddings")):
+        return None
+    config = getattr(inner, "config", None)
+    if any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_POSTPROCESSING):
+        return None
+    body, head = inner.get_decoder(), inner.get_output_embeddings()
+    if body is inner or head is None:
+        return None
+    return body, head
+
+
+def target_logprobs(model: torch.nn.Module, head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                    temperature: float) -> torch.Tensor:
+    """log softmax(head(hidden) / T)[target] for hidden [N, H], targets [N] → [N] float32, in chunks."""
+
+    def chunk(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        with autocast_of(model):
+            logits = head(h)
+        z = loss_scaled(model, logits).float() / temperature
+        return z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+    budget = LOGIT_CHUNK_BYTES.get(hidden.device.type, LOGIT_CHUNK_BYTES["cpu"])
+    per_chunk = max(1, budget // (4 * head.weight.shape[0]))
+    parts = []
+    for lo in range(0, hidden.shape[0], per_chunk):
+        h, t = hidden[lo : lo + per_chunk], targets[lo : lo + per_chunk]
+        parts.append(checkpoint(chunk, h, t, use_reentrant=False) if torch.is_grad_enabled() else chunk(h, t))
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+
+
 def score_rows(
     model: torch.nn.Module, rows: list[TokenRow], temperature: float, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,9 +100,26 @@ def score_rows(
         raise ValueError("every row needs at least one prompt token")
     input_ids, attention, pred_pos, mask = pack_rows(rows, pad_id)
     device = next(model.parameters()).device
+    split = head_split(model)
+    if split is None:
+        return _score_full_logits(model, rows, input_ids, attention, pred_pos, mask, temperature)
+    body, head = split
+    b_idx, t_idx = mask.bool().nonzero(as_tuple=True)  # the real completion tokens, row-major: N of them
+    targets = torch.tensor([tok for r in rows for tok in r.completion_ids], dtype=torch.long)
+    with autocast_of(model):
+        hidden = body(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
+    b_idx, t_idx = b_idx.to(device), t_idx.to(device)
+    picked = hidden[b_idx, pred_pos.to(device)[b_idx, t_idx]]  # [N, H]
+    lp = target_logprobs(model, head, picked, targets.to(device), temperature)
+    logp = torch.zeros(mask.shape, dtype=torch.float32, device=device).index_put((b_idx, t_idx), lp)
+    return logp, mask.to(device)
+
+
+def _score_full_logits(model, rows, input_ids, attention, pred_pos, mask, temperature):
+    """The model's own forward and its [B, S, V] logits: for models whose head is not a plain projection."""
+    device = next(model.parameters()).device
     logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-    # Only the positions that predict completion tokens: [B, T, V]
-    picked = logits.gather(1, pred_pos.to(device).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    picked = logits.gather(1, pred_pos.to(device).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))  # [B, T, V]
     logprobs = torch.log_softmax(picked.float() / temperature, dim=-1)
     targets = torch.zeros_like(pred_pos)
     for i, r in enumerate(rows):

@@ -217,6 +217,9 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     `regularizer() -> scalar` (e.g. FedProx) is added to every step's loss; `reference` (a model
     or a TokenRow scorer) gives π_ref for a loss that needs it (`loss_fn.needs_reference`).
     """
+    if cfg.micro_batch_rows == "auto":
+        raise ValueError("train.micro_batch_rows auto is resolved once at start (node.round.memory.plan_memory), "
+                         "before any step")
     start = time.perf_counter()
     total = len(rows)
     rows = dash_filter(rows, cfg.dash_threshold)

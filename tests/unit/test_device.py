@@ -13,6 +13,7 @@ from losses import build_loss
 from node.config import ConfigError, parse_config
 from node.generation.config import GenerationConfig
 from node.generation.hf import HFGenerator
+from node.generation.hf_generate import HFGenerateGenerator
 from node.models import device as dev
 from node.models.config import ModelConfig, PlacementConfig
 from node.models.load import load_model
@@ -178,17 +179,27 @@ def test_autocast_survives_lora_and_deepcopy():
     assert base.forward.__self__ is base
 
 
+class _MetaBody(torch.nn.Module):
+    def forward(self, input_ids, attention_mask):
+        assert input_ids.device.type == "meta" and attention_mask.device.type == "meta"
+        return SimpleNamespace(last_hidden_state=input_ids.unsqueeze(-1).float().expand(-1, -1, 4))
+
+
 class _MetaModel(torch.nn.Module):
     """A stand-in policy on the `meta` device: shapes without data, so every tensor the round builds for it
-    must be created on the model's device (as on a GPU) or combining them fails."""
+    must be created on the model's device (as on a GPU) or combining them fails. Scored through its body
+    and output head (node.round.scoring), as a transformers model is."""
 
     def __init__(self, vocab: int = 32):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(vocab, device="meta"))
+        self.body = _MetaBody()
+        self.head = torch.nn.Linear(4, vocab, bias=False, device="meta")
 
-    def forward(self, input_ids, attention_mask):
-        assert input_ids.device.type == "meta" and attention_mask.device.type == "meta"
-        return SimpleNamespace(logits=input_ids.unsqueeze(-1).float() + self.w)
+    def get_decoder(self):
+        return self.body
+
+    def get_output_embeddings(self):
+        return self.head
 
     def generate(self, input_ids, attention_mask, **_):
         raise _Generated(input_ids.device, attention_mask.device)
@@ -207,8 +218,8 @@ def test_round_tensors_are_created_on_the_models_device():
     assert {k: v.device.type for k, v in tensors.items()} == {k: "meta" for k in tensors}
 
 
-def test_hf_generation_feeds_the_model_on_its_device(tiny_qwen):
-    gen = HFGenerator(_MetaModel(), tiny_qwen.tokenizer, GenerationConfig())
+def test_hf_generate_feeds_the_model_on_its_device(tiny_qwen):
+    gen = HFGenerateGenerator(_MetaModel(), tiny_qwen.tokenizer, GenerationConfig())
     with pytest.raises(_Generated) as exc:
         gen.generate(["What is 2 + 3?"], n=2)
     assert {d.type for d in exc.value.args} == {"meta"}
