@@ -20,8 +20,9 @@ from node.round.train import Row, micro_batches
 ROOT = Path(__file__).resolve().parents[2]
 
 _DECODE = r"""
-import json, resource, sys, time
+import json, sys, time
 import zstandard
+from tests import peak_rss
 from protocols.codec import RecordError, decode_bundle, encode_bundle
 from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
 
@@ -40,7 +41,7 @@ def tokens(n_rec, n_comp, n_tok):
 
 data = {"strings": lambda: nested(b"\xa2ab"), "nils": lambda: nested(b"\xc0"),
         "tokens": lambda: tokens(256, 64, 1000)}[sys.argv[1]]()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak_rss.mark()
 t = time.perf_counter()
 try:
     records, drops = decode_bundle(data)
@@ -48,7 +49,7 @@ try:
 except RecordError as exc:
     out = exc.reason
 print(json.dumps({"bytes": len(data), "seconds": time.perf_counter() - t, "outcome": out,
-                  "peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}))
+                  "peak_mb": (peak_rss.peak() - base) / 2**20}))
 """
 
 
