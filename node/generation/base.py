@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,6 +53,22 @@ BACKENDS = {  # generation.backend → "module:class"; vLLM is an optional extra
     "hf-generate": "node.generation.hf_generate:HFGenerateGenerator",
     "vllm": "node.generation.vllm:VLLMGenerator",
 }
+
+
+def generate_in_batches(generate_batch: Callable[[list[str], int], list[list[Completion]]], prompts: list[str],
+                        n: int, max_batch_sequences: int, progress=None) -> GenerationResult:
+    """`n` completions of each prompt, `max_batch_sequences // n` prompts (at least one) per `generate_batch`
+    call; `progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
+    start = time.perf_counter()
+    per_call = max(1, max_batch_sequences // n)
+    groups: list[list[Completion]] = []
+    for lo in range(0, len(prompts), per_call):
+        batch = generate_batch(prompts[lo : lo + per_call], n)
+        groups.extend(batch)
+        if progress is not None:
+            progress.advance(len(batch))
+    new_tokens = sum(len(c.token_ids) for g in groups for c in g)
+    return GenerationResult(groups, time.perf_counter() - start, new_tokens)
 
 
 def trimmed_completion(tokenizer, ids: list[int], logprobs: list[float]) -> Completion:

@@ -12,13 +12,16 @@ logits at once, [B·G, L, V] in float32 — the memory the `hf` loop never spend
 
 from __future__ import annotations
 
-import time
-
 import torch
 import transformers
 
-from node.generation.base import GenerationResult, trimmed_completion
+from node.generation.base import (
+    GenerationResult,
+    generate_in_batches,
+    trimmed_completion,
+)
 from node.generation.config import GenerationConfig
+from protocols.records import Completion
 
 
 class HFGenerateGenerator:
@@ -35,17 +38,7 @@ class HFGenerateGenerator:
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
         """`progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
-        start = time.perf_counter()
-        per_call = max(1, self.cfg.max_batch_sequences // n)
-        groups: list[list[Completion]] = []
-        new_tokens = 0
-        for lo in range(0, len(prompts), per_call):
-            chunk = self._generate_chunk(prompts[lo : lo + per_call], n)
-            new_tokens += sum(len(c.token_ids) for g in chunk for c in g)
-            groups.extend(chunk)
-            if progress is not None:
-                progress.advance(len(chunk))
-        return GenerationResult(groups, time.perf_counter() - start, new_tokens)
+        return generate_in_batches(self._generate_chunk, prompts, n, self.cfg.max_batch_sequences, progress)
 
     def _generate_chunk(self, prompts: list[str], n: int) -> list[list[Completion]]:
         tok = self.tokenizer
