@@ -101,7 +101,7 @@ class SwarmConfig(BaseModel):
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "
-                          "round; 0 = never wait")
+                          "round and did not let the last wait run out; 0 = never wait")
     good_for_s: float = Field(120.0, ge=1, le=86400, description="a peer whose records this node used within this "
                               "long, with no failure since, is in good standing: rounds wait only for such peers "
                               "and their bundles are fetched first (docs/PROTOCOL.md §7.2)")

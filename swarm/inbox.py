@@ -44,7 +44,7 @@ from swarm.receive import (
     open_bundle,
     vet_announcement,
 )
-from swarm.standing import BACKOFF, GOOD, Standing
+from swarm.standing import BACKOFF, GOOD, Awaiting, Standing
 
 MAX_STRANGER_CANDIDATES = 64  # candidates of peers not in good standing, all together
 MAX_VETTED = 1 << 15  # announcement values remembered as already vetted (16-byte digests)
@@ -79,7 +79,7 @@ class Inbox:
         self._drops: Counter = Counter()
         self._skipped = 0
         self._bytes = 0  # bundle bytes fetched since the last take
-        self._delivered: set[str] = set()  # peers with records delivered since the last take
+        self._waits = Awaiting()  # whom a round waits for
 
     def limit_completions(self, tokens: int) -> None:
         """Decode bundles under the receiver's own budget per completion (swarm.receive.Limits.completion_tokens)."""
@@ -182,7 +182,7 @@ class Inbox:
                 displaced = self._pending.add(ann.peer, records, nbytes)
                 if displaced:
                     self._drops["inbox_full"] += displaced
-                self._delivered.add(ann.peer)
+                self._waits.delivery(ann.peer)
             self.cond.notify_all()
 
     def drop(self, reason: str, count: int = 1) -> None:
@@ -354,9 +354,13 @@ class Inbox:
             return len(self.standing.earned(self.clock()))
 
     def awaited(self) -> int:
-        """Peers in good standing that delivered nothing since the last take: what a round may still wait for."""
+        """What a round may still wait for (swarm.standing.Awaiting)."""
         with self.cond:
-            return sum(p not in self._delivered for p in self.standing.earned(self.clock()))
+            return len(self._waits.awaited(self.standing, self.clock()))
+
+    def silence(self) -> None:  # a round's wait ran out: not waited for again until they deliver
+        with self.cond:
+            self._waits.silence(self.standing, self.clock())
 
     def is_good(self, peer: str) -> bool:
         with self.cond:
@@ -389,22 +393,25 @@ class Inbox:
     def take(self, min_records: int, timeout: float, stopped: threading.Event | None = None, *,
              while_earned: bool = False) -> Delivery:
         """Everything delivered since the last call; waits (≤ timeout) only while fewer than `min_records` are
-        ready (and, with `while_earned`, only while a peer in good standing has delivered nothing since the
-        last call: a round waits for good peers' next bundles, not for more than they send)."""
+        ready (with `while_earned`, only while swarm.standing.Awaiting names a peer; a wait that runs out
+        `silence`s them)."""
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
         with self.cond:
             while self._pending.count() < min_records and not (stopped and stopped.is_set()):
                 left = deadline - time.monotonic()
-                if left <= 0 or (while_earned and not any(p not in self._delivered
-                                                          for p in self.standing.earned(self.clock()))):
+                if while_earned and not self._waits.awaited(self.standing, self.clock()):
+                    break
+                if left <= 0:
+                    if while_earned:
+                        self.silence()
                     break
                 self.cond.wait(min(left, 0.5))
             ready = self._pending.take()
             drops, self._drops = self._drops, Counter()
             skipped, self._skipped = self._skipped, 0
             nbytes, self._bytes = self._bytes, 0
-            self._delivered = set()
+            self._waits.delivered = set()
             now = self.clock()
             return Delivery(records=[r for d in ready for r in d.records], drops=drops,
                             peers=list(dict.fromkeys(d.peer for d in ready)), peers_seen=len(self._peers),

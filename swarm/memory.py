@@ -112,10 +112,14 @@ class InMemoryTransport:
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
         self.poll()
-        while self.inbox.ready_count() < min_records and time.monotonic() < deadline:
+        while self.inbox.ready_count() < min_records:
             if while_earned and not self.inbox.awaited():
                 break
-            time.sleep(min(deadline - time.monotonic(), self.poll_interval_s))
+            if time.monotonic() >= deadline:
+                if while_earned:
+                    self.inbox.silence()
+                break
+            time.sleep(max(0.0, min(deadline - time.monotonic(), self.poll_interval_s)))
             self.poll()
         delivery = self.inbox.take(0, 0.0)
         delivery.waited_s = time.monotonic() - started

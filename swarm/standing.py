@@ -129,3 +129,25 @@ class Standing:
         doomed = sorted(self._peers, key=doom_rank)[: max(1, self.max_peers // 4)]
         for p in doomed:
             del self._peers[p]
+
+
+class Awaiting:
+    """Whom a round waits for (swarm.wait_s): peers in good standing that delivered nothing since the last take
+    and did not let the last wait run out. A wait that runs out marks the peers it waited for silent until they
+    deliver again: a peer that delivered once and left costs one wait, not one a round for good_for_s. Both sets
+    hold only peers of the bounded table (silent ones are pruned to those still in good standing)."""
+
+    def __init__(self):
+        self.delivered: set[str] = set()  # peers with records delivered since the last take
+        self.silent: set[str] = set()
+
+    def delivery(self, peer: str) -> None:
+        self.delivered.add(peer)
+        self.silent.discard(peer)
+
+    def awaited(self, standing: Standing, now: float) -> list[str]:
+        return [p for p in standing.earned(now) if p not in self.delivered and p not in self.silent]
+
+    def silence(self, standing: Standing, now: float) -> None:
+        self.silent = {p for p in self.silent if standing.state(p, now) == GOOD}
+        self.silent.update(self.awaited(standing, now))

@@ -37,14 +37,14 @@ WAIT_S = 10.0
 QUICK_S = WAIT_S / 5  # a round that did not wait for peers gathers in well under this
 
 
-def _victim(tmp_path, hub: InMemoryHub) -> Node:
+def _victim(tmp_path, hub: InMemoryHub, wait_s: float = WAIT_S) -> Node:
     cfg = {
         "name": "victim", "seed": 0, "rounds": 10, "torch_threads": 1, "model": {"spec": "tiny-qwen2"},
         "tasks": {"datasets": [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
                   "system_prompt": None, "eval_size": 0},
         "generation": {"prompts_per_round": 2, "group_size": 4, "max_new_tokens": 8},
         "select": {"local_groups": 2, "external_groups": 2, "drop_zero_advantage": False},
-        "swarm": {"enabled": True, "wait_s": WAIT_S}, "eval": {"every": 0}, "checkpoint": {"every": 100},
+        "swarm": {"enabled": True, "wait_s": wait_s}, "eval": {"every": 0}, "checkpoint": {"every": 100},
         "metrics": {"console": False},
     }
     return Node(parse_config(cfg), tmp_path / "victim", transport=InMemoryTransport(hub, "victim"))
@@ -136,6 +136,35 @@ def test_a_good_peer_is_waited_for_until_it_fails_and_then_not(tmp_path):
     assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]  # before: 10 s each
     assert good[-1]["peers_good"] == 1
     assert rows[0]["drops"].get("fetch_failed") == 1 and rows[0]["peers_backoff"] == 1
+
+
+def test_a_good_peer_gone_silent_costs_one_wait_not_one_a_round(tmp_path):
+    """A peer whose records were used and which then sends nothing (it left, or stays quiet on purpose) is still in
+    good standing for good_for_s. Before: every round short of peer groups waited the whole wait_s for it (a
+    CI run: gather_s 10.0 s in each of three rounds). Now the wait that runs out marks it silent, and rounds do
+    not wait for it again until it delivers; then they do."""
+    wait_s = 3.0
+    hub = InMemoryHub()
+    node = _victim(tmp_path, hub, wait_s=wait_s)
+    peer = InMemoryTransport(hub, "quiet")
+    try:
+        peer.publish(_records(node, "quiet", 0))
+        first = run_round(node, 0)  # its records are used: good standing
+        silent = [run_round(node, r) for r in range(1, 5)]  # it sends nothing more
+        peer.publish(_records(node, "quiet", 50))
+        back = run_round(node, 5)  # it delivers again: waited for again
+        timer = threading.Timer(1.0, lambda: peer.publish(_records(node, "quiet", 60)))
+        timer.start()
+        waited = run_round(node, 6)
+        timer.join()
+    finally:
+        node.close()
+    assert first["groups_external"] > 0
+    gathers = [m["gather_s"] for m in silent]
+    assert gathers[0] >= wait_s - 0.1 and all(g < 0.5 for g in gathers[1:]), gathers  # before: wait_s each
+    assert all(m["peers_good"] == 1 for m in silent)  # silence is no strike: still in good standing
+    assert back["groups_external"] > 0
+    assert 0.5 < waited["gather_s"] < wait_s and waited["groups_received"] == 2, waited["gather_s"]
 
 
 def test_standing_backs_off_doubling_and_good_clears_it():
