@@ -48,6 +48,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SWARM_ID = "soak"
 SAMPLE_S = 5.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat counts CPU time in these
 ATTACKERS = {"bomber": 2.0, "relay": 0.1, "staller": 30.0, "leech": 2.0, "dialer": 10.0, "flooder": 10.0,
              "bloater": 5.0}  # bench/soak_roles.py role → its --period-s
 _MADDR = re.compile(r"^(/ip4/\S+/p2p/\S+)$", re.M)
@@ -151,8 +152,10 @@ class Throttle(threading.Thread):
 
 def rss_tree_mb(pid: int) -> dict[str, float] | None:
     """VmRSS of pid and all its descendants in MB, by part: "main" (pid), "p2pd", "child" (others: the DHT
-    process), "total"; None when pid is gone."""
+    process), "total"; and under "cpu_s" the CPU seconds (user + system) each part has used so far. None when
+    pid is gone."""
     parts = {"main": 0.0, "child": 0.0, "p2pd": 0.0}
+    cpu = {"main": 0.0, "child": 0.0, "p2pd": 0.0}
     stack, seen = [pid], set()
     while stack:
         p = stack.pop()
@@ -165,12 +168,15 @@ def rss_tree_mb(pid: int) -> dict[str, float] | None:
             name = next((line.split()[1] for line in status.splitlines() if line.startswith("Name:")), "")
             part = "main" if p == pid else ("p2pd" if name.startswith("p2pd") else "child")
             parts[part] += kb / 1024
+            stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu[part] += (int(stat[11]) + int(stat[12])) / CLK_TCK  # utime, stime (fields 14, 15)
             for task in Path(f"/proc/{p}/task").iterdir():
                 stack += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             if p == pid:
                 return None
-    return {**{k: round(v, 2) for k, v in parts.items()}, "total": round(sum(parts.values()), 2)}
+    return {**{k: round(v, 2) for k, v in parts.items()}, "total": round(sum(parts.values()), 2),
+            "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
 
 
 def node_config(out: Path, name: str, seed: int) -> Path:
@@ -395,8 +401,9 @@ def main(argv: list[str] | None = None) -> None:
                     if role.alive():
                         rss = rss_tree_mb(role.proc.pid)
                         if rss is not None:
+                            cpu = rss.pop("cpu_s")
                             rss_f.write(json.dumps({"t": round(now, 1), "name": role.name, "life": len(role.lives) - 1,
-                                                    "rss_mb": rss["total"], "parts_mb": rss}) + "\n")
+                                                    "rss_mb": rss["total"], "parts_mb": rss, "cpu_s": cpu}) + "\n")
                 rss_f.flush()
             if now >= next_print:
                 next_print = now + 30

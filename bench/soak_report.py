@@ -115,6 +115,28 @@ def _mb_per_h(sel: list[tuple[float, float]]) -> list | None:
     return None if slope is None else [sel[0][1], sel[-1][1], round(slope * 3600, 2)]
 
 
+def cpu_bins(out: Path, bin_s: float = 300.0) -> dict[str, dict[str, dict[str, float]]]:
+    """Where the CPU went: per process (bootstrap, lab-N, slow, attackers) and bin of `bin_s` seconds from the
+    start, the share of one core each part used ("main", "child": the DHT process, "p2pd"), in %, from the
+    cumulative CPU seconds of successive samples of one life, over the time those samples cover."""
+    last: dict[tuple[str, int], tuple[float, dict]] = {}
+    spent: dict[str, dict[int, Counter]] = {}
+    for r in read_jsonl(out / "rss.jsonl"):
+        key, cpu = (r["name"], r["life"]), r.get("cpu_s")
+        if cpu is None or r["name"].startswith("ghost"):
+            continue
+        if key in last:
+            t_prev, prev = last[key]
+            c = spent.setdefault(r["name"], {}).setdefault(int(r["t"] // bin_s), Counter())
+            c["_covered"] += r["t"] - t_prev
+            for part, sec in cpu.items():
+                c[part] += max(0.0, sec - prev.get(part, 0.0))
+        last[key] = (r["t"], cpu)
+    return {name: {str(int(b * bin_s)): {part: round(100 * sec / c["_covered"], 1) for part, sec in c.items()
+                                         if part != "_covered"}
+                   for b, c in sorted(bins.items()) if c["_covered"] > 0} for name, bins in spent.items()}
+
+
 def node_phases(rows: list[dict], t0: float, quiet_s: float, total_s: float) -> dict[str, dict]:
     out = {}
     for phase, lo, hi in (("quiet", t0, t0 + quiet_s), ("disturbed", t0 + quiet_s, t0 + total_s)):
@@ -205,7 +227,7 @@ def report(out: Path, args, run: dict) -> dict:
                "slow_peer_vs_lab_p50": round(slow_q / statistics.median(lab_d), 2) if slow_q and lab_d else None,
                "per_node": per_node, "restarts": restarts, "rss": rss, "tracebacks": tbs, "events": run["events"],
                "kill9_left_running": [{"target": r["target"], "left_running": r["left_running"]} for r in run["restarts"]],
-               "lives": run["lives"]}
+               "lives": run["lives"], "cpu_pct_of_a_core_by_300s": cpu_bins(out)}
     path = write_json(args.name, payload)
     print_summary(payload)
     print(f"wrote {path}")
@@ -224,6 +246,11 @@ def print_summary(p: dict) -> None:
                 ["name", "life", "phase", "fit_min", "rss_first_mb", "rss_last_mb", "growth_pct_per_h"]))
     print(table(p["restarts"], ["node", "ended_by", "last_round_before", "first_round_after", "start",
                                 "rounds_lost_beyond_interrupted", "restart_to_first_round_s", "life_ended_by"]))
+    cpu = p.get("cpu_pct_of_a_core_by_300s") or {}
+    if cpu:
+        bins = sorted({b for v in cpu.values() for b in v}, key=int)
+        print(table([{"process": n, **{f"{b}s": sum(v.get(b, {}).values()) for b in bins}} for n, v in cpu.items()],
+                    ["process", *[f"{b}s" for b in bins]]))
     for log, v in p["tracebacks"].items():
         if v["quiet"] or v["disturbed"]:
             print(f"traceback in {log}: quiet {v['quiet']}, disturbed {v['disturbed']}: {v['exceptions']}")
