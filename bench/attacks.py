@@ -181,18 +181,26 @@ async def _store_ghosts(_dht, node, swarm_id: str, window: int, now: float, shar
 
 
 class Ghosts:
-    """`n` throwaway identities behind one DHT peer: announcements that name `addrs` and that nobody serves."""
+    """`n` throwaway identities behind one DHT peer: announcements that name `addrs` and that nobody serves; with
+    `near`, identities in that peer's shard (of `shards`) only: a crowd in one shard."""
 
-    def __init__(self, n: int, initial_peer: str, addrs: str):
+    def __init__(self, n: int, initial_peer: str, addrs: str, near: str | None = None, shards: int = 4):
         from hivemind import DHT
 
-        from bench.sybil_roles import _keys, _many_keys_validator
+        from bench.sybil_roles import cached_keys, many_keys_validator
+        from protocols.keys import shard_of
         from swarm.identity import owner_subkey, peer_id_of_key
-        keys = _keys(n)
+        if near is None:
+            keys = cached_keys(n)
+        else:  # about shards × n keys hold n in one shard: draw more until they do (new keys are cached)
+            pool = shards * n + 64
+            while len(keys := [k for k in cached_keys(pool) if shard_of(peer_id_of_key(k), shards) ==
+                               shard_of(near, shards)][:n]) < n:
+                pool += n
         _GHOSTS.update(ids=[peer_id_of_key(k) for k in keys], subkeys=[owner_subkey(k) for k in keys], addrs=addrs)
         self.ids = list(_GHOSTS["ids"])
         self.dht = DHT(initial_peers=[initial_peer], start=True, client_mode=True, startup_timeout=120,
-                       host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[_many_keys_validator(keys)])
+                       host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[many_keys_validator(keys)])
 
     def announce(self, swarm_id: str, shards: int, window_s: float = 10.0) -> int:
         from functools import partial

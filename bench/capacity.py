@@ -1,4 +1,4 @@
-"""How many real peers this machine holds (issue 27 item 4): N real HivemindTransport peers at once.
+"""How many real peers this machine holds: N real HivemindTransport peers at once.
 
 Each peer is a full transport (its own p2p daemon and hivemind DHT process, one bootstrap for all) that
 behaves like a node without a model, exactly as in bench/gossip.py (whose workers this reuses, `per_process`
@@ -10,7 +10,7 @@ and pushes to 8 recently seen peers.
                digest_mismatch), over every peer: the share of what fan-in selected that arrived
                (fetches still running when the peers stop are in neither)
 
-DHT costs at each N (issue 27 item 1; bench/dht_probe.py): each poll read's latency and entries, reads
+DHT costs at each N (bench/dht_probe.py): each poll read's latency and entries, reads
 per peer per second, and what each peer's DHT process serves as a key holder (find requests and KiB per
 second, mean and max over peers; every peer is a holder, so the mean is also a peer's DHT download),
 with the exponent of each metric's growth with N fitted over the levels.

@@ -1,4 +1,4 @@
-"""Counters inside real hivemind DHT processes and timers around the transport's DHT reads (issue 27 item 1).
+"""Counters inside real hivemind DHT processes and timers around the transport's DHT reads.
 
 For bench/gossip.py's workers (and so bench/capacity.py): `install()` wraps hivemind's
 `DHTProtocol.rpc_find` / `rpc_store` at class level before any DHT starts; hivemind's DHT is a

@@ -1,4 +1,4 @@
-"""Toy-scale F-TIS ablation (issue 3): learning from another policy's groups, NoIS vs F-TIS, and
+"""Toy-scale F-TIS ablation: learning from another policy's groups, NoIS vs F-TIS, and
 IS-weight variance of token-level IS (GRPO) vs GEPO as the policy gap grows.
 
 Learner: a lab model (`--learner`: lab-spell with spell_backward by default, lab-chain-sum with

@@ -1,4 +1,4 @@
-"""The exchange simulated at 100 / 1,000 / 10,000 peers, running the project's own exchange code (issue 27).
+"""The exchange simulated at 100 / 1,000 / 10,000 peers, running the project's own exchange code.
 
 A discrete-event simulation on a simulated clock (bench/scale/sim.py says exactly which functions are the
 project's own and what is modelled; bench/scale/model.py describes the modelled network): per-peer RTT
@@ -6,7 +6,7 @@ project's own and what is modelled; bench/scale/model.py describes the modelled 
 minutes to days, clocks off by up to ±3 s, 5 % hostile peers (ghost identities that flood announcements,
 junk bundles). Settings, one row each per N:
 
-    before   the poll plan as shipped before issue 27 (bench/scale/legacy.py: every key every 0.5 s
+    before   the poll plan as it was before reads were paced (bench/scale/legacy.py: every key every 0.5 s
              tick, a crowded one every ⌈entries / 32⌉-th tick, at most every 16th), shards 4
     after    swarm/polling.py now: a bounded number of DHT entries read per second, shards 4
     sized    `after` with docs/PROTOCOL.md §5's sizing table: shards = N / 64 (at least 4), a
@@ -49,7 +49,7 @@ def setting(name: str, n: int, args) -> Setting:
 
 
 def goals(rows: list[dict], name: str) -> dict:
-    """Issue 27's goals, read off one setting's rows (100 → 10,000 peers)."""
+    """The scale goals (docs/BENCHMARKS.md §16), read off one setting's rows (100 → 10,000 peers)."""
     rs = sorted((r for r in rows if r["name"] == name), key=lambda r: r["peers"])
     if len(rs) < 2:
         return {}

@@ -1,4 +1,4 @@
-"""Soak (issue 28 item 4; docs/BENCHMARKS.md §15): an hour of kills, restarts and hostile peers.
+"""Soak (docs/BENCHMARKS.md §15): an hour of kills, restarts and hostile peers.
 
 Real processes on 127.0.0.1, all pinned to CPU core 0 (with every process they start): a
 `swarm bootstrap` (fixed port and identity, so a restart comes back at the same address) and

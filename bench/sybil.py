@@ -1,4 +1,4 @@
-"""Sybil-bounded work (issue 28 item 2; docs/BENCHMARKS.md §14): what many throwaway identities cost a node.
+"""Sybil-bounded work (docs/BENCHMARKS.md §14): what many throwaway identities cost a node.
 
 Real hivemind peers on 127.0.0.1, no model. Two arms, each on a fresh bootstrap peer and a fresh victim:
 
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from bench.common import table, write_json
-from bench.sybil_roles import B, G, PERIOD_S, T, WINDOW_S, _cache
+from bench.sybil_roles import PERIOD_S, WINDOW_S, B, G, T, cache_dir
 
 
 def _spawn(role: str, *extra: str) -> subprocess.Popen:
@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--out", default="sybil")
     args = ap.parse_args()
 
-    tmp = _cache() / "sybil-run"
+    tmp = cache_dir() / "sybil-run"
     tmp.mkdir(parents=True, exist_ok=True)
     arms = []
     for name, n_sybils in (("honest", 0), ("sybil", args.sybils)):

@@ -26,7 +26,7 @@ B, G, T = 8, 8, 24  # a bundle: groups × completions × tokens
 PERIOD_S = 5.0  # an honest peer publishes every PERIOD_S
 
 
-def _cache() -> Path:
+def cache_dir() -> Path:
     return Path(os.environ.get("SWARM_CACHE_DIR", Path.home() / ".cache" / "rlswarm")) / "bench"
 
 
@@ -83,11 +83,11 @@ def honest(args) -> None:
 
 # ---------------------------------------------------------------- the throwaway identities (one process)
 
-def _keys(n: int):
+def cached_keys(n: int):
     from cryptography.hazmat.primitives import serialization
     from hivemind.utils.crypto import RSAPrivateKey
 
-    path = _cache() / "sybil-keys.bin"
+    path = cache_dir() / "sybil-keys.bin"
     blobs = []
     if path.exists():
         data = path.read_bytes()
@@ -108,7 +108,7 @@ def _keys(n: int):
     return keys[:n]
 
 
-def _many_keys_validator(keys):
+def many_keys_validator(keys):
     from hivemind.dht.crypto import RSASignatureValidator
 
     class ManyKeys(RSASignatureValidator):
@@ -156,7 +156,7 @@ def sybils(args) -> None:
     from swarm.identity import owner_subkey, peer_id_of_key
 
     started = time.monotonic()
-    keys = _keys(args.n)
+    keys = cached_keys(args.n)
     ids = [peer_id_of_key(k) for k in keys]
     subkeys = [owner_subkey(k) for k in keys]
     tarpit = socket.socket()
@@ -175,7 +175,7 @@ def sybils(args) -> None:
     addrs = [f"/ip4/127.0.0.1/tcp/{tarpit.getsockname()[1]}", f"/ip4/127.0.0.1/tcp/{closed_port}"]
     _SYBILS.update(ids=ids, subkeys=subkeys, addrs=addrs)
     dht = DHT(initial_peers=[args.initial_peer], start=True, client_mode=True, startup_timeout=180,
-              host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[_many_keys_validator(keys)])
+              host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[many_keys_validator(keys)])
     _emit({"ready": time.monotonic() - started})
     stop = _stdin_lines()
     while not (_GO.wait(0.2) or stop.is_set()):

@@ -7,7 +7,9 @@ Names: grpo, pg (losses.grpo); nois, vis, tis, f-nois, f-vis, f-tis (losses.fis)
 (losses.gspo); gepo (losses.gepo); `module:function` names a loss of your own (losses.custom).
 The config classes and the `LossConfig` union live in losses.config, which needs no torch (a node validates its YAML without importing it); the
 functions, the shared inputs, the tokenizer-agnostic behaviour view and the metrics live in
-losses.base and the family modules, and are imported here on first use.
+losses.base and the family modules, and are imported here on first use. losses.registry maps names to
+(config class, function) and builds them; losses.plugin resolves the user's own objects by import path;
+losses.imitation (`train.imitate`) and losses.peer_floor (`train.peer_token_floor`) wrap any loss.
 """
 
 from __future__ import annotations

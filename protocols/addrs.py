@@ -56,9 +56,10 @@ def decode_addrs(text: object) -> str:
     """A received dial hint, normalised; ValueError when it is not one (the announcement is then malformed)."""
     if not isinstance(text, str) or len(text) > MAX_CHARS:
         raise ValueError("addrs is not a string of at most 256 characters")
-    addrs = text.split()
+    addrs = text.split(" ") if text else []  # single spaces exactly: "a  b", " a" or "a\tb" hold an empty or bad one
     if len(addrs) > MAX_ADDRS or not all(_is_dial_addr(a) for a in addrs):
-        raise ValueError(f"addrs holds more than {MAX_ADDRS} addresses or one that is not /ip4|ip6|dns*/HOST/tcp/PORT")
+        raise ValueError(f"addrs holds more than {MAX_ADDRS} addresses or one that is not /ip4|ip6|dns*/HOST/tcp/PORT "
+                         "(separated by single spaces)")
     return " ".join(addrs)
 
 

@@ -320,7 +320,7 @@ def _unpack(payload: bytes, caps: Caps) -> Any:
         return msgpack.unpackb(
             payload, raw=False, strict_map_key=True, use_list=True, list_hook=items, object_pairs_hook=pairs,
             max_str_len=max(caps.max_text_chars * 4, _MIN_STR_BYTES), max_bin_len=caps.max_tokens * 4,
-            max_array_len=max(caps.max_records, caps.max_completions), max_map_len=64, max_ext_len=0,
+            max_array_len=max(caps.max_records, caps.max_completions) + 1, max_map_len=64, max_ext_len=0,
             ext_hook=no_ext)
     except _TooManyObjects:
         raise RecordError("too_large", f"more than {caps.max_objects} msgpack objects") from None

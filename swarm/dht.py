@@ -38,6 +38,7 @@ from swarm.identity import (
     load_or_create_identity,
     peer_id_of_subkey,
 )
+from swarm.polling import pick_entries
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +168,11 @@ def _bootstrap_failure(exc: BaseException) -> bool:
     return "bootstrap" in str(exc).lower() or isinstance(exc, (TimeoutError, asyncio.TimeoutError))
 
 
-async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False, beam: int = 0) -> dict:
-    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each (a random
-    subset); with `counted`, each key's (entries it held, those values); `beam` > 0: the search's beam size."""
+async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False, beam: int = 0,
+                    prefer=(), avoid=()) -> dict:
+    """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each (those
+    of `prefer` first, `avoid` last, at random within each: swarm.polling.pick_entries); with `counted`, each
+    key's (entries it held, those values); `beam` > 0: the search's beam size."""
     found = await node.get_many(keys, sufficient_expiration_time=float("inf"), **({"beam_size": beam} if beam else {}))
     rng = random.Random(os.urandom(8))
     out: dict = {}
@@ -185,8 +188,7 @@ async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = F
         # less often); none is handed on, so nothing of them is counted as `forged` either
         signed = [(peer, v) for peer, v in ((peer_id_of_subkey(sub), v) for sub, v in value.items()) if peer]
         total = len(signed)
-        if total > per_key:
-            signed = rng.sample(signed, per_key)
+        signed = pick_entries(signed, per_key, rng, prefer, avoid)
         picked = [(peer, getattr(v, "value", v)) for peer, v in signed]
         out[key] = (total, picked) if counted else picked
     return out

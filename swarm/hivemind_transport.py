@@ -63,7 +63,7 @@ from swarm.handlers import StreamHandlers
 from swarm.identity import peer_id_of_key
 from swarm.polling import PollPlan
 from swarm.push import Pusher
-from swarm.transport import Delivery, Inbox, make_bundle
+from swarm.transport import Delivery, Inbox, InboxFront, make_bundle
 from swarm.transport_loop import cancel_all_but_me, quiet_late_streams
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class SwarmError(RuntimeError):
     """This node's own transport failed (not a peer's fault), e.g. used after shutdown."""
 
 
-class HivemindTransport(StreamHandlers):
+class HivemindTransport(StreamHandlers, InboxFront):
     """Transport (swarm.transport.Transport) over a hivemind DHT and libp2p streams."""
 
     def __init__(self, *, cfg: SwarmConfig, start: bool = True):
@@ -333,22 +333,6 @@ class HivemindTransport(StreamHandlers):
         self._refused_before = total
         return new
 
-    def limit_completions(self, tokens: int) -> None:
-        """Decode peers' bundles under our own budget per completion (the node's, swarm.receive.Limits)."""
-        self.inbox.limit_completions(tokens)
-
-    def peers_seen(self) -> int:
-        return self.inbox.peers_seen()
-
-    def earned(self) -> int:
-        return self.inbox.earned()
-
-    def judge(self, outcomes: dict[str, tuple[int, int]]) -> None:
-        self.inbox.judge(outcomes)
-
-    def vouch(self, limit: int) -> list[str]:
-        return self.inbox.vouch(limit)
-
     async def _poll_forever(self) -> None:
         tick = 0
         while True:
@@ -362,10 +346,12 @@ class HivemindTransport(StreamHandlers):
     async def _poll_once(self, tick: int) -> None:
         now = time.time()
         keys = self._plan.keys(tick, now)
+        with self.inbox.cond:  # peers in good standing are kept first in a crowded key, backed-off ones last
+            prefer, avoid = self.inbox.standing.read_order(now)
         try:
             found = await asyncio.wait_for(self._dht.run_coroutine(partial(
                 read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key, counted=True,
-                beam=self.cfg.dht_read_beam), return_future=True),
+                beam=self.cfg.dht_read_beam, prefer=prefer, avoid=avoid), return_future=True),
                 self.cfg.dht_timeout_s)
         except Exception as exc:  # a DHT hiccup: the next tick retries
             log.info("DHT read of %d keys failed: %r", len(keys), exc)

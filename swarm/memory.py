@@ -19,7 +19,8 @@ from collections.abc import Callable
 from protocols.codec import sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of, windows_back
 from protocols.records import RolloutRecord
-from swarm.transport import Delivery, Inbox, Limits, make_bundle
+from swarm.polling import pick_entries
+from swarm.transport import Delivery, Inbox, InboxFront, Limits, make_bundle
 
 
 class InMemoryHub:
@@ -66,7 +67,7 @@ class InMemoryHub:
             self._listeners.pop(peer, None)
 
 
-class InMemoryTransport:
+class InMemoryTransport(InboxFront):
     """Transport over an InMemoryHub with the exact encode/vet/choose/decode path of the real one."""
 
     def __init__(self, hub: InMemoryHub, peer_id: str, swarm_id: str = "rlswarm", limits: Limits | None = None, *,
@@ -96,11 +97,12 @@ class InMemoryTransport:
     def poll(self) -> None:
         """Read every recent window's announcements, choose within the fan-in budget, fetch."""
         now, lim = self.clock(), self.limits
+        with self.inbox.cond:  # a crowded key keeps peers in good standing first (swarm.polling.pick_entries)
+            prefer, avoid = self.inbox.standing.read_order(now)
         for window in windows_back(window_of(now, lim.window_s), lim.max_age_s, lim.window_s):
             for shard in range(lim.shards):
                 entries = list(self.hub.announcements(rollouts_key(self.swarm_id, window, shard)).items())
-                if len(entries) > self.max_entries_per_key:
-                    entries = random.sample(entries, self.max_entries_per_key)
+                entries = pick_entries(entries, self.max_entries_per_key, random, prefer, avoid)
                 self.reads += len(entries)
                 for signer, value in entries:
                     if signer != self.peer_id:
@@ -125,22 +127,9 @@ class InMemoryTransport:
         delivery.waited_s = time.monotonic() - started
         return delivery
 
-    def limit_completions(self, tokens: int) -> None:
-        """Decode peers' bundles under our own budget per completion (the node's, swarm.receive.Limits)."""
-        self.inbox.limit_completions(tokens)
-
     def peers_seen(self) -> int:
         self.poll()
         return self.inbox.peers_seen()
-
-    def earned(self) -> int:
-        return self.inbox.earned()
-
-    def judge(self, outcomes: dict[str, tuple[int, int]]) -> None:
-        self.inbox.judge(outcomes)
-
-    def vouch(self, limit: int) -> list[str]:
-        return self.inbox.vouch(limit)
 
     def shutdown(self) -> None:
         self._closed.set()

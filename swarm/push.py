@@ -113,7 +113,8 @@ async def receive_push(info, reader: asyncio.StreamReader, writer: asyncio.Strea
     except wire.FetchError as exc:
         reason = "digest_mismatch" if exc.reason == "digest_mismatch" else "fetch_failed"
         log.info("pushed bundle of %s: %s", ann.peer[:12] if ann else "?", exc)
-    except (asyncio.TimeoutError, ConnectionError) as exc:
+    except (asyncio.TimeoutError, ConnectionError) as exc:  # answered ok, then silent: a timeout (§8.1)
+        reason = "fetch_timeout" if isinstance(exc, asyncio.TimeoutError) else "fetch_failed"
         log.info("receiving a pushed bundle failed: %r", exc)
     finally:
         writer.close()

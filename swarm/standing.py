@@ -102,6 +102,11 @@ class Standing:
         off = sorted((p for p, e in self._peers.items() if now < e.until), key=lambda p: -self._peers[p].strikes)
         return {p: self._peers[p].cause for p in off[:limit]}
 
+    def read_order(self, now: float, limit: int = 64) -> tuple[list[str], list[str]]:
+        """(up to `limit` peers in good standing, up to 4 × `limit` backed-off ones): whom a DHT read keeps first
+        and last when a key holds more entries than it keeps (swarm.polling.pick_entries)."""
+        return self.earned(now)[:limit], [p for p, e in self._peers.items() if now < e.until][:4 * limit]
+
     def __len__(self) -> int:
         return len(self._peers)
 

@@ -54,8 +54,8 @@ from swarm.receive import (
     vet_announcement,
 )
 
-__all__ = ["MAX_CANDIDATES_PER_PEER", "Delivery", "Inbox", "Limits", "Transport", "make_bundle", "open_bundle",
-           "vet_announcement"]
+__all__ = ["MAX_CANDIDATES_PER_PEER", "Delivery", "Inbox", "InboxFront", "Limits", "Transport", "make_bundle",
+           "open_bundle", "vet_announcement"]
 
 
 class Transport(Protocol):
@@ -76,3 +76,25 @@ class Transport(Protocol):
     def limit_completions(self, tokens: int) -> None: ...  # decode under our budget per completion (swarm.receive)
 
     def shutdown(self) -> None: ...
+
+
+class InboxFront:
+    """The calls of `Transport` that every transport answers straight from its Inbox (written once here)."""
+
+    inbox: Inbox
+
+    def peers_seen(self) -> int:
+        return self.inbox.peers_seen()
+
+    def earned(self) -> int:
+        return self.inbox.earned()
+
+    def judge(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        self.inbox.judge(outcomes)
+
+    def vouch(self, limit: int) -> list[str]:
+        return self.inbox.vouch(limit)
+
+    def limit_completions(self, tokens: int) -> None:
+        """Decode peers' bundles under our own budget per completion (the node's, swarm.receive.Limits)."""
+        self.inbox.limit_completions(tokens)

@@ -80,8 +80,9 @@ def decode_request(data: bytes) -> tuple[str, str]:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated exception types on garbage
         raise FetchError("bad_request", f"not msgpack: {exc}") from exc
-    if not (isinstance(obj, dict) and obj.get("v") == WIRE_VERSION and isinstance(obj.get("swarm"), str)
-            and isinstance(obj.get("sha256"), str) and _SHA256_RE.fullmatch(obj["sha256"])):
+    if not (isinstance(obj, dict) and set(obj) == {"v", "swarm", "sha256"} and type(obj["v"]) is int
+            and obj["v"] == WIRE_VERSION and isinstance(obj["swarm"], str) and isinstance(obj["sha256"], str)
+            and _SHA256_RE.fullmatch(obj["sha256"])):  # exactly that map: no extra key, `v` the integer 2
         raise FetchError("bad_request", f"malformed request {obj!r:.200}")
     return obj["swarm"], obj["sha256"]
 

@@ -5,4 +5,5 @@
   state.py    a role's state on a node: the weight channel, the delay line, the staleness book
   sampler.py  run_sampler_round: load the newest learner weights, generate, verify, publish
   learner.py  run_learner_round: gather samplers' records (delayed, bounded in staleness), train, publish weights
+local.py    `swarm local` for HeteroRL: the --set items that wire a learner and its samplers together
 """

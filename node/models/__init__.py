@@ -4,4 +4,5 @@
   builders  tiny-qwen2, tiny-llama, smollm2-135m (offline)
   lab       lab-* models: small models warm-started offline by SFT to a low accuracy
   config    ModelConfig, LoraSpec (torch-free)
+device    where the policy trains and in which dtype its forward passes run
 """

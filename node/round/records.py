@@ -1,4 +1,4 @@
-"""Our verified groups → wire records (protocols.RolloutRecord), one record per prompt group."""
+"""Our verified groups → wire records (protocols.records.RolloutRecord), one record per prompt group."""
 
 from __future__ import annotations
 

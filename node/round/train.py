@@ -13,7 +13,7 @@
   steps     `epochs` passes over the rows, each split into `mini_batches` mini-batches of whole
             groups (one optimizer step each): DASH's Multi (epochs = K) and Mini (mini_batches = K)
   loss      `losses.build_loss_from_config(cfg)`; every micro-batch carries its mini-batch's totals
-            (rows, tokens, longest completion: losses.BatchTotals) and the loss divides by them
+            (rows, tokens, longest completion: losses.base.BatchTotals) and the loss divides by them
             itself, so the micro-batch losses add up to exactly the mini-batch loss whatever its
             normalisation (seq, token, dr, per-row): the trainer only sums
   step      gradient accumulation over micro-batches, global-norm clipping, AdamW

@@ -1,4 +1,4 @@
-"""A skewed clock cannot lock a peer's DHT announcements (issue 28 item 6), on real hivemind peers (127.0.0.1).
+"""A skewed clock cannot lock a peer's DHT announcements, on real hivemind peers (127.0.0.1).
 
 hivemind keeps, per (key, subkey), the value that expires later and refuses a store that does not
 expire later still. Before: a learner whose clock was once an hour fast stored its weight announcement

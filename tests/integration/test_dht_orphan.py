@@ -1,4 +1,4 @@
-"""kill -9 of a process leaves its DHT child quiet (issue 28 item 3): no traceback in the log, and the child
+"""kill -9 of a process leaves its DHT child quiet: no traceback in the log, and the child
 gone within seconds without the orphan watchdog.
 
 Before (hivemind's DHT as it is): the child read its broken request pipe and printed "Process DHT-1:

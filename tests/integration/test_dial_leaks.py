@@ -1,4 +1,4 @@
-"""A stream open that fails leaves no open connection to p2pd behind (issue 28: the soak found
+"""A stream open that fails leaves no open connection to p2pd behind (the soak found
 "Exception ignored in: StreamWriter.__del__ … AttributeError" tracebacks in a node's log).
 
 hivemind's `ControlClient.stream_open` (behind `call_binary_stream_handler`) leaves its connection to

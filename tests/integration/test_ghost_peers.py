@@ -1,5 +1,5 @@
-"""Ghosts and peers whose records are all dropped do not slow a node that waits for peers (issue 28
-item 1), over real hivemind peers on 127.0.0.1.
+"""Ghosts and peers whose records are all dropped do not slow a node that waits for peers, over real
+hivemind peers on 127.0.0.1.
 
 Before: one announcement from a throwaway key whose bundle is never served kept `peers_seen` at 1
 for max_age_s, and a node with `swarm.wait_s: 10` waited the whole 10 s every round (rounds of

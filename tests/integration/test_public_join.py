@@ -3,7 +3,7 @@
 other's groups (groups_external > 0, the other's peer id in external_peers).
 
 - on one machine through loopback (any user);
-- on one host whose peers file names its network address, not loopback (issue 28: every fetch failed,
+- on one host whose peers file names its network address, not loopback (before: every fetch failed,
   `all dropped: fetch_failed`): the host is a network namespace with an address on a virtual switch,
   once a private one with the nodes' default (loopback) listen address, once a documentation-range one
   that libp2p deems neither private nor public (this CI machine has such an address) with the nodes

@@ -1,4 +1,4 @@
-"""A transport whose stop overruns its timeout still shuts down without a traceback (issue 28: the soak's
+"""A transport whose stop overruns its timeout still shuts down without a traceback (the soak's
 check run found "Task was destroyed but it is pending!" and "RuntimeError: Event loop is closed" in the
 log of a throttled peer told to leave).
 

@@ -1,5 +1,5 @@
 """A skewed clock cannot lock a peer's announcements, and the receive rules the protocol document left open
-(issue 28 item 6), without a network: tests/integration/test_clock_skew.py runs the DHT side on hivemind.
+without a network: tests/integration/test_clock_skew.py runs the DHT side on hivemind.
 
 - A follower that took weights announced while the learner's clock was 100 s fast refused every later
   announcement until its own clock passed that date; now what it holds counts as dated no later than
@@ -68,8 +68,11 @@ def test_a_msgpack_ext_type_refuses_the_bundle_as_msgpack(ext):
 
 
 def test_a_records_array_over_the_cap():
-    with pytest.raises(RecordError) as exc:  # default caps: msgpack's array limit (1024) stops the parse
+    with pytest.raises(RecordError) as exc:  # default caps: one over the cap is within msgpack's array limit (1025)
         decode_bundle(_bundle([{}] * 1025))
+    assert exc.value.reason == "too_many_records"
+    with pytest.raises(RecordError) as exc:  # beyond that limit msgpack stops the parse
+        decode_bundle(_bundle([{}] * 1026))
     assert exc.value.reason == "too_large"
     with pytest.raises(RecordError) as exc:  # a larger completions cap lifts that limit: the records cap answers
         decode_bundle(_bundle([{}] * 1025), Caps(max_completions=2048))

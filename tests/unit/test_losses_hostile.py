@@ -1,4 +1,4 @@
-"""A peer's claimed μ cannot blow up a node's loss, its IS metrics or its gradient (issue 28 item 5).
+"""A peer's claimed μ cannot blow up a node's loss, its IS metrics or its gradient.
 
 Before: one valid bundle whose per-token sampling logprobs claimed −30 made a node log loss 4.39e7
 and is_weight_max 4.85e8 (the gradient stayed normal only because the log-ratio clamp stops it past

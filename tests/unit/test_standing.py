@@ -1,4 +1,4 @@
-"""Peers earn waiting, and identities are free (issue 28 items 1–2), on the in-memory twin.
+"""Peers earn waiting, and identities are free, on the in-memory twin.
 
 Before: one announcement from a throwaway key whose bytes nobody serves kept `peers_seen` at 1 for
 max_age_s, and a node with `swarm.wait_s` waited the whole wait_s every round (here 10 s per round

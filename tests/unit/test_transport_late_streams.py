@@ -1,4 +1,4 @@
-"""A stream that p2pd hands a transport for a handler its shutdown has just removed (issue 28: a peer that
+"""A stream that p2pd hands a transport for a handler its shutdown has just removed (a peer that
 stopped while another fetched from it printed hivemind's DispatchFailure as an "Unhandled exception in
 client_connected_cb" traceback). The transport loop's exception handler turns exactly that into a debug
 line; hivemind's real dispatcher (ControlClient._handler) is driven over a unix socket here."""
