@@ -1,6 +1,6 @@
 """A crowded shard: does a peer's bundle reach a node when throwaway identities fill its announcement key?
 
-    python -m bench.crowded_shard [--bundles 12] [--period-s 2.5] [--name crowded_shard]
+    python -m bench.crowded_shard [--bundles 12] [--period-s 2.5] [--repeats 1] [--arms 40:push,…] [--name crowded_shard]
 
 Real hivemind peers on 127.0.0.1: a bootstrap, a node `victim` and an honest peer `honest`, each publishing a
 bundle every --period-s and taking (and judging as used) what the other sends, as two nodes would; and, per
@@ -102,7 +102,9 @@ def run_arm(boot: list[str], ghosts_n: int, mode: str, bundles: int, period_s: f
             ghosts.shutdown()
     delays = [ex_v.arrived[(honest.peer_id, r)] - at for r, at in published.items() if (honest.peer_id, r) in ex_v.arrived]
     warm = sum(1 for (p, r) in ex_v.arrived if p == honest.peer_id and r not in published)
-    return {"ghosts": ghosts_n, "mode": mode, "bundles": len(published), "delivered": len(delays),
+    missed = [i for i, r in enumerate(published) if (honest.peer_id, r) not in ex_v.arrived]
+    return {"ghosts": ghosts_n, "mode": mode, "seed": seed, "bundles": len(published), "delivered": len(delays),
+            "missed": missed,
             "delay_p50_s": round(statistics.median(delays), 2) if delays else None,
             "delay_max_s": round(max(delays), 2) if delays else None, "warmup_delivered": warm,
             "victim_got_from_honest_total": warm + len(delays)}
@@ -114,13 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--period-s", type=float, default=2.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="crowded_shard")
+    ap.add_argument("--arms", default=None, help="comma-separated GHOSTS:MODE (default: all six)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each arm (seed, seed + 1, …)")
     args = ap.parse_args(argv)
+    arms = ARMS if args.arms is None else [(int(a.split(":")[0]), a.split(":")[1]) for a in args.arms.split(",")]
     dht, boot = start_bootstrap(startup_timeout_s=120)
     rows = []
     try:
-        for i, (g, mode) in enumerate(ARMS):
-            print(f"[crowded_shard] arm {i + 1}/{len(ARMS)}: {g} identities, {mode}", flush=True)
-            rows.append(run_arm(boot, g, mode, args.bundles, args.period_s, args.seed))
+        runs = [(g, mode, args.seed + k) for k in range(args.repeats) for g, mode in arms]
+        for i, (g, mode, seed) in enumerate(runs):
+            print(f"[crowded_shard] run {i + 1}/{len(runs)}: {g} identities, {mode}, seed {seed}", flush=True)
+            rows.append(run_arm(boot, g, mode, args.bundles, args.period_s, seed))
             print(table(rows[-1:], list(rows[-1])), flush=True)
     finally:
         dht.shutdown()
