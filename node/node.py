@@ -1,7 +1,8 @@
 """A node's parts, built from its config: model, tasks, generator, loss, selector, transport, logs.
 
 `Node` holds state across rounds (weights, optimizer, round counter, policy version, the pool of
-external groups); its `mode` picks the round function (node.runner): `node.round.loop.run_round()`
+external groups); a round reads only its `parts` (node.round.parts.RoundParts, built here for each
+round); its `mode` picks the round function (node.runner): `node.round.loop.run_round()`
 for a node that samples, shares and trains, `node.federated.round.run_federated_round()` in
 federated mode, node.heterorl's `run_sampler_round()` / `run_learner_round()` for those roles.
 """
@@ -26,6 +27,7 @@ from node.metrics import EvalResult, MetricsLog
 from node.models.device import place
 from node.models.load import load_model
 from node.round.dedup import SeenGroups
+from node.round.parts import PolicyState, RoundParts
 from node.round.reference import build_reference
 from node.round.select import SapoSelector
 from node.round.train import build_optimizer
@@ -55,7 +57,7 @@ class Node:
                                       span=cfg.train.peer_floor_span)
         # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
         self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
-        self.optimizer = build_optimizer(self.model, cfg.train)
+        self.policy = PolicyState(self.model, build_optimizer(self.model, cfg.train))  # what a round trains
         self.precision.attach(self.optimizer)  # float16: skip overflowing steps, adapt the loss scale
         self.selector = SapoSelector(cfg.select, seed=cfg.seed)
         self.transport = transport
@@ -77,7 +79,6 @@ class Node:
         self._system_prompt = self.tasks.system_prompt()
         self._prompt_cache: dict = {}
         self.memory_plan = self._plan_memory()  # train.* auto: resolved once, here, into self.cfg
-        self.policy_version = 0
         self.next_round = 0
         self.start = "fresh start"  # or "resumed from <checkpoint>" (_resume)
         self.eval_before: float | None = None  # held-out accuracy before round 0
@@ -88,6 +89,31 @@ class Node:
             self._resume()
             if self.federated is not None:  # FedProx's θ_round: the restored adapter
                 self.federated.anchor = [t.detach().clone() for t in self.federated.tensors]
+
+    @property
+    def parts(self) -> RoundParts:
+        """What a round reads of this node (built anew for each round: a part replaced between rounds counts)."""
+        return RoundParts(cfg=self.cfg, peer_id=self.peer_id, fingerprint=self.fingerprint, vocab_size=self.vocab_size,
+                          tokenizer=self.tokenizer, tasks=self.tasks, prompt_of=self.prompt_of,
+                          generator=self.generator, loss_fn=self.loss_fn, reference=self.reference,
+                          policy=self.policy, selector=self.selector, seen_groups=self.seen_groups,
+                          transport=self.transport, book=self, federated=self.federated, hetero=self.hetero)
+
+    @property
+    def policy_version(self) -> int:
+        return self.policy.version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        self.policy.version = version
+
+    @property
+    def optimizer(self):
+        return self.policy.optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer) -> None:
+        self.policy.optimizer = optimizer
 
     @property
     def mode(self) -> str:

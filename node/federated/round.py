@@ -20,70 +20,64 @@ from typing import TYPE_CHECKING, Any
 
 from node.federated.mode import build_public_groups
 from node.round.report import RoundOutcome, finish_round
-from node.round.steps import publish, receive, train, verify
+from node.round.steps import publish, receive, sample, train
 from node.round.train import build_optimizer
 
 if TYPE_CHECKING:
-    from node.node import Node
+    from node.round.parts import RoundHost, RoundParts
 
 
-def run_federated_round(node: Node, round_: int) -> dict[str, Any]:
+def run_federated_round(node: RoundHost, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    body = public_step if node.federated.public_round(round_) else private_round
-    out = body(node, round_, started)  # 1–9
-    out.extra.update(average(node, round_, out.step.rows))  # 10
-    return finish_round(node, out)  # 11
+    parts = node.parts
+    body = public_step if parts.federated.public_round(round_) else private_round
+    out = body(parts, round_, started)  # 1–9
+    out.extra.update(average(parts, round_, out.step.rows))  # 10
+    return finish_round(parts, out)  # 11
 
 
-def private_round(node: Node, round_: int, started: float) -> RoundOutcome:
+def private_round(parts: RoundParts, round_: int, started: float) -> RoundOutcome:
     """B private items, our own groups only: nothing is published or gathered."""
-    g = node.cfg.generation
-    tasks = node.tasks.sample(round_, g.prompts_per_round)  # 1
-    prompts = [node.prompt_of(t) for t in tasks]
-    gen = node.generator.generate(prompts, n=g.group_size)  # 2
-    local = verify(node, tasks, gen, round_)  # 3
-    selection = node.selector.select(local)  # 6
-    step = train(node, selection.groups, regularizer=node.federated.proximal())  # 7, 8, 9
-    return RoundOutcome(round_, started, local, gen, selection, step, extra={"public": False})
+    sampled = sample(parts, round_)  # 1, 2, 3
+    selection = parts.selector.select(sampled.groups)  # 6
+    step = train(parts, selection.groups, regularizer=parts.federated.proximal())  # 7, 8, 9
+    return RoundOutcome(round_, started, sampled.groups, sampled.gen, selection, step, extra={"public": False})
 
 
-def public_step(node: Node, round_: int, started: float) -> RoundOutcome:
+def public_step(parts: RoundParts, round_: int, started: float) -> RoundOutcome:
     """Public step k: every client answers the same public prompts and trains on a Balanced/Random group."""
-    fed, g = node.federated, node.cfg.generation
-    early = receive(node)  # 5a: peers' responses that arrived while we trained privately
-    k = fed.public_step(newest_public_step(node, early.groups))  # ours, or the swarm's if it is ahead
-    tasks = node.tasks.public(k, g.prompts_per_round)  # 1
-    prompts = [node.prompt_of(t) for t in tasks]
-    gen = node.generator.generate(prompts, n=g.group_size)  # 2
-    local = verify(node, tasks, gen, k)  # 3: groups and records carry the step index
-    wire_bytes = publish(node, k, local, prompts)  # 4
+    fed, g = parts.federated, parts.cfg.generation
+    early = receive(parts)  # 5a: peers' responses that arrived while we trained privately
+    k = fed.public_step(newest_public_step(parts, early.groups))  # ours, or the swarm's if it is ahead
+    sampled = sample(parts, k, parts.tasks.public(k, g.prompts_per_round))  # 1, 2, 3: groups carry the step index
+    wire_bytes = publish(parts, k, sampled)  # 4
     missing = g.prompts_per_round * (fed.cfg.split.clients - 1) - sum(x.round == k for x in early.groups)
-    gathered = early + receive(node, max(0, missing), fed.cfg.public_wait_s)  # 5b: the others' answers to k
+    gathered = early + receive(parts, max(0, missing), fed.cfg.public_wait_s)  # 5b: the others' answers to k
     selection, swap = build_public_groups(  # 6
-        local, gathered.groups, fed.cfg, own_id=node.peer_id, round_=k, rng=node.selector.rng,
-        mode=node.cfg.train.advantage, drop_zero_advantage=node.cfg.select.drop_zero_advantage)
+        sampled.groups, gathered.groups, fed.cfg, own_id=parts.peer_id, round_=k, rng=parts.selector.rng,
+        mode=parts.cfg.train.advantage, drop_zero_advantage=parts.cfg.select.drop_zero_advantage)
     for reason, n in swap.drops.items():
         gathered.drops[reason] = gathered.drops.get(reason, 0) + n
-    step = train(node, selection.groups, regularizer=fed.proximal())  # 7, 8, 9
-    return RoundOutcome(round_, started, local, gen, selection, step, wire_bytes=wire_bytes, gathered=gathered,
-                        extra={"public": True, "public_step": k, **swap.metrics()})
+    step = train(parts, selection.groups, regularizer=fed.proximal())  # 7, 8, 9
+    return RoundOutcome(round_, started, sampled.groups, sampled.gen, selection, step, wire_bytes=wire_bytes,
+                        gathered=gathered, extra={"public": True, "public_step": k, **swap.metrics()})
 
 
-def newest_public_step(node: Node, groups: list) -> int | None:
+def newest_public_step(parts: RoundParts, groups: list) -> int | None:
     """The newest public step a peer has published, among `groups` (None: none of them is public)."""
-    steps = [x.round for x in groups if node.tasks.is_public(x.task.ref)]
+    steps = [x.round for x in groups if parts.tasks.is_public(x.task.ref)]
     return max(steps, default=None)
 
 
-def average(node: Node, round_: int, rows: int) -> dict[str, Any]:
+def average(parts: RoundParts, round_: int, rows: int) -> dict[str, Any]:
     """Every τ rounds: FedIT averaging; a changed adapter gets a fresh optimizer and a new version."""
-    fed = node.federated
+    fed, policy = parts.federated, parts.policy
     fed.samples += rows
     if not fed.average_due(round_):
         return {}
     out = fed.average()
     if out["avg_averaged"]:
-        node.optimizer = build_optimizer(node.model, node.cfg.train)  # state reset, as the paper
-        node.policy_version += 1
-        node.generator.sync_weights(node.model, node.policy_version)
+        policy.optimizer = build_optimizer(policy.model, parts.cfg.train)  # state reset, as the paper
+        policy.version += 1
+        parts.generator.sync_weights(policy.model, policy.version)
     return out

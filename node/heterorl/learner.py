@@ -24,43 +24,38 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from node.generation.base import GenerationResult
 from node.heterorl.state import role_state
 from node.round.ingest import ingest_for
 from node.round.report import RoundOutcome, finish_round
-from node.round.steps import Gathered, train, verify
+from node.round.steps import Gathered, Sample, sample, train
 from protocols.records import RolloutRecord
 
 if TYPE_CHECKING:
     from node.heterorl.state import LearnerState
-    from node.node import Node
+    from node.round.parts import RoundHost, RoundParts
 
 _SLICE_S = 0.5  # longest single wait inside a gather: a held record's release is never missed by more
 
 
-def run_learner_round(node: Node, round_: int) -> dict[str, Any]:
+def run_learner_round(node: RoundHost, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    st: LearnerState = role_state(node)
-    extra: dict[str, Any] = st.publish(node) if st.publish_due(node) else {}  # 1
-    g = node.cfg.generation
-    local, gen = [], GenerationResult([], 0.0, 0)
-    if node.cfg.heterorl.generate_own:  # 2
-        tasks = node.tasks.sample(round_, g.prompts_per_round)
-        gen = node.generator.generate([node.prompt_of(t) for t in tasks], n=g.group_size)
-        local = verify(node, tasks, gen, round_)
-    gathered = gather_samplers(node, st)  # 3
-    selection = node.selector.select(local, [])  # 4 (gather filled the pool)
-    gaps = [node.policy_version - grp.policy_version for grp in selection.groups if grp.is_external]
-    step = train(node, selection.groups)  # 5
-    if step.stepped and st.publish_due(node):  # 6
-        extra.update(st.publish(node))
+    parts = node.parts
+    st: LearnerState = role_state(parts)
+    extra: dict[str, Any] = st.publish(parts) if st.publish_due(parts) else {}  # 1
+    own = sample(parts, round_) if parts.cfg.heterorl.generate_own else Sample.empty()  # 2
+    gathered = gather_samplers(parts, st)  # 3
+    selection = parts.selector.select(own.groups, [])  # 4 (gather filled the pool)
+    gaps = [parts.policy.version - grp.policy_version for grp in selection.groups if grp.is_external]
+    step = train(parts, selection.groups)  # 5
+    if step.stepped and st.publish_due(parts):  # 6
+        extra.update(st.publish(parts))
     extra.update(staleness_metrics(gaps))
     delays = st.delay.take_delays()
     extra.update(delay_held=st.delay.held(), delay_s_mean=statistics.fmean(delays) if delays else None,
                  delay_s_max=max(delays, default=None))
-    outcome = RoundOutcome(round_, started, local + gathered.groups, gen, selection, step, gathered=gathered,
+    outcome = RoundOutcome(round_, started, own.groups + gathered.groups, own.gen, selection, step, gathered=gathered,
                            extra=extra)
-    return finish_round(node, outcome)  # 7
+    return finish_round(parts, outcome)  # 7
 
 
 def staleness_metrics(gaps: list[int]) -> dict[str, Any]:
@@ -84,27 +79,27 @@ def staleness_reason(version: int, record_version: int, max_delay: int | None) -
     return None
 
 
-def gather_samplers(node: Node, st: LearnerState) -> Gathered:
+def gather_samplers(parts: RoundParts, st: LearnerState) -> Gathered:
     """Samplers' records delivered since the last round, through the delay line, the staleness bound and ingest
     (module docstring, step 3); waits at most heterorl.wait_s while fewer than J usable groups are pooled."""
-    cfg = node.cfg
+    cfg, policy = parts.cfg, parts.policy
     max_delay = cfg.ingest.max_delay_steps
     drops: Counter = Counter()
     horizon = time.time() - cfg.ingest.max_age_s
-    too_old = node.selector.prune(lambda grp: grp.created_at >= horizon)
-    drops["stale_version"] += node.selector.prune(
-        lambda grp: staleness_reason(node.policy_version, grp.policy_version, max_delay) is None)
+    too_old = parts.selector.prune(lambda grp: grp.created_at >= horizon)
+    drops["stale_version"] += parts.selector.prune(
+        lambda grp: staleness_reason(policy.version, grp.policy_version, max_delay) is None)
     want = cfg.select.external_groups
     started = time.monotonic()
     deadline = started + cfg.heterorl.wait_s
     out = Gathered(waited_s=0.0)
     while True:
-        need, left = node.selector.usable() < want, deadline - time.monotonic()
+        need, left = parts.selector.usable() < want, deadline - time.monotonic()
         wait = 0.0
         if need and left > 0:
             nxt = st.delay.next_release()
             wait = min(_SLICE_S, left, _SLICE_S if nxt is None else max(0.01, nxt - time.time()))
-        delivery = node.transport.take(min_records=1 if wait else 0, timeout=wait)
+        delivery = parts.transport.take(min_records=1 if wait else 0, timeout=wait)
         drops.update(delivery.drops)
         out.bytes += delivery.bytes
         out.skipped += delivery.skipped
@@ -115,16 +110,16 @@ def gather_samplers(node: Node, st: LearnerState) -> Gathered:
             records = st.delay.release(time.time())
         fresh = []
         for rec in records:
-            reason = staleness_reason(node.policy_version, rec.policy_version, max_delay)
+            reason = staleness_reason(policy.version, rec.policy_version, max_delay)
             if reason:
                 drops[reason] += 1
             else:
                 fresh.append(rec)
-        result = ingest_for(node, fresh)  # the receive guard and work bounds of every node
+        result = ingest_for(parts, fresh)  # the receive guard and work bounds of every node
         drops.update(result.drops)
-        node.selector.add_external(result.groups)
+        parts.selector.add_external(result.groups)
         out.groups.extend(result.groups)
-        if not wait or node.selector.usable() >= want or time.monotonic() >= deadline:
+        if not wait or parts.selector.usable() >= want or time.monotonic() >= deadline:
             break
     out.waited_s = time.monotonic() - started
     out.too_old = too_old

@@ -1,7 +1,7 @@
 """One round of a sampler (HeteroRL): it generates with a learner's weights and never trains.
 
     1. follow     load the newest verified weights of a followed learner, if new ones arrived (the
-                  transfer ran in the background); node.policy_version becomes their version
+                  transfer ran in the background); the policy version becomes theirs
     2. tasks      B verifiable tasks, prompts in our chat template
     3. generate   G completions per prompt with per-token μ, under the loaded weights
     4. verify     our verifier's rewards (informational for the learner, which re-verifies)
@@ -20,29 +20,27 @@ from typing import TYPE_CHECKING, Any
 from node.heterorl.state import role_state
 from node.round.report import RoundOutcome, finish_round
 from node.round.select import Selection
-from node.round.steps import Gathered, publish, verify
+from node.round.steps import Gathered, publish, sample
 from node.round.train import StepResult
 
 if TYPE_CHECKING:
-    from node.node import Node
+    from node.round.parts import RoundHost
 
 
-def run_sampler_round(node: Node, round_: int) -> dict[str, Any]:
+def run_sampler_round(node: RoundHost, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    state = role_state(node)
-    extra = state.follow(node)  # 1
+    parts = node.parts
+    state = role_state(parts)
+    extra = state.follow(parts)  # 1
     return sample_round(node, round_, started, extra, state.take_drops())
 
 
-def sample_round(node: Node, round_: int, started: float, extra: dict[str, Any],
+def sample_round(node: RoundHost, round_: int, started: float, extra: dict[str, Any],
                  drops: dict[str, int] | None = None) -> dict[str, Any]:
     """Steps 2–6 with the weights the model holds now (bench/heterorl.py loads them itself)."""
-    g = node.cfg.generation
-    tasks = node.tasks.sample(round_, g.prompts_per_round)  # 2
-    prompts = [node.prompt_of(t) for t in tasks]
-    gen = node.generator.generate(prompts, n=g.group_size)  # 3
-    local = verify(node, tasks, gen, round_)  # 4
-    wire_bytes = publish(node, round_, local, prompts)  # 5
-    outcome = RoundOutcome(round_, started, local, gen, Selection([], 0, 0, 0), StepResult({}, 0, 0, 0, 0.0, 0),
+    parts = node.parts
+    sampled = sample(parts, round_)  # 2, 3, 4
+    wire_bytes = publish(parts, round_, sampled)  # 5
+    outcome = RoundOutcome(round_, started, sampled.groups, sampled.gen, Selection.empty(), StepResult.empty(),
                            wire_bytes=wire_bytes, gathered=Gathered(drops=drops or {}), extra=extra)
-    return finish_round(node, outcome)  # 6
+    return finish_round(parts, outcome)  # 6

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from node.config import ConfigError, NodeConfig
 from node.heterorl.weights import WeightsRejected, apply_weights, export_weights, weights_format
 from node.round.delay import DelayLine
 from swarm.weights import WeightLimits
 
+if TYPE_CHECKING:
+    from node.round.parts import RoundParts
+
 log = logging.getLogger(__name__)
 
 
 class RoleNode(Protocol):
-    """What a role's state uses of its node (node.node.Node builds the state with itself), named here so
-    that this module does not import node.node, which imports it."""
+    """What building a role's state reads (the node builds it with itself; a round hands its
+    node.round.parts.RoundParts, which has the same names)."""
 
     cfg: NodeConfig
     transport: Any  # swarm.memory.InMemoryTransport or swarm.hivemind_transport.HivemindTransport; None: no swarm
     model: Any  # the torch model the weights are exported from / loaded into
-    generator: Any  # node.generation backend: sync_weights after a load
-    policy_version: int
     hetero: Any  # this module's SamplerState / LearnerState, or None
 
 
@@ -76,7 +77,7 @@ class SamplerState:
         self.drops: Counter = Counter()
         self.learner: str | None = None  # whose weights the model holds (None: its own initial weights)
 
-    def follow(self, node: RoleNode) -> dict[str, Any]:
+    def follow(self, parts: RoundParts) -> dict[str, Any]:
         """Load the newest verified weights, if any arrived; returns this round's weight metrics."""
         update = self.channel.take()
         self.drops.update(self.channel.take_drops())
@@ -84,17 +85,17 @@ class SamplerState:
         if update is not None:
             try:
                 if not update.relabel:  # relabel: the weights we hold, under the learner's new version
-                    apply_weights(node.model, update.data, update.format)
+                    apply_weights(parts.model, update.data, update.format)
             except WeightsRejected as exc:
                 self.drops[exc.reason] += 1
                 log.warning("weights v%d from %s rejected: %s", update.version, update.learner[:12], exc)
             else:
-                node.policy_version = update.version
-                node.generator.sync_weights(node.model, update.version, force=True)
+                parts.policy.version = update.version
+                parts.generator.sync_weights(parts.model, update.version, force=True)
                 self.learner = update.learner
                 out.update(weights_loaded=True, weights_bytes=len(update.data),
                            weights_latency_s=round(update.latency_s, 3))
-        out.update(weights_version=node.policy_version, weights_learner=self.learner)
+        out.update(weights_version=parts.policy.version, weights_learner=self.learner)
         return out
 
     def take_drops(self) -> dict[str, int]:
@@ -109,14 +110,15 @@ class LearnerState:
         self.published: int | None = None  # version of the weights we announced last
         self.accept_from = frozenset(node.cfg.heterorl.accept_from)
 
-    def publish_due(self, node: RoleNode) -> bool:
+    def publish_due(self, parts: RoundParts) -> bool:
         if self.published is None:
             return True
-        return node.policy_version - self.published >= node.cfg.heterorl.publish_every or node.policy_version < self.published
+        version = parts.policy.version
+        return version - self.published >= parts.cfg.heterorl.publish_every or version < self.published
 
-    def publish(self, node: RoleNode) -> dict[str, Any]:
+    def publish(self, parts: RoundParts) -> dict[str, Any]:
         """Announce and serve our current weights; returns metrics."""
-        data = export_weights(node.model)
-        ann = self.channel.publish(node.policy_version, data, weights_format(node.model))
-        self.published = node.policy_version
+        data = export_weights(parts.model)
+        ann = self.channel.publish(parts.policy.version, data, weights_format(parts.model))
+        self.published = parts.policy.version
         return {"weights_published": ann.version, "weights_bytes": ann.nbytes}

@@ -1,7 +1,8 @@
 """The round: what one node does each round, in data-flow order (start at node.round.loop.run_round).
 
   loop      run_round: tasks → generate → verify → publish → gather → select → train → record
-  steps     the steps every round function shares (verify, publish, gather, train)
+  parts     RoundParts: what a round reads of its node (built by the node), PolicyState: what it trains
+  steps     the steps every round function shares (sample, verify, publish, gather, train)
   groups    verified groups: our rewards, within-group advantages
   records   our groups → wire records
   ingest    peers' records → verified groups (regenerate, re-verify, recompute; drops by reason)

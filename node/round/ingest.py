@@ -40,7 +40,7 @@ from node.tasks.source import Task, TaskError, TaskSource
 from protocols.records import RolloutRecord
 
 if TYPE_CHECKING:
-    from node.node import Node
+    from node.round.parts import RoundParts
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +69,19 @@ class OwnModel:
     max_context: int | None = None  # prompt + completion tokens the model takes (None: unbounded)
 
 
-def ingest_for(node: Node, records: list[RolloutRecord], now: float | None = None) -> IngestResult:
-    """`ingest` with everything taken from the node: its tasks, config, tokenizer, budgets and the groups it saw."""
-    return ingest(records, tasks=node.tasks, cfg=node.cfg.ingest,
-                  own_fingerprint=node.fingerprint, own_vocab_size=node.vocab_size,
-                  advantage_mode=node.cfg.train.advantage, now=now, own=own_model(node), seen=node.seen_groups)
+def ingest_for(parts: RoundParts, records: list[RolloutRecord], now: float | None = None) -> IngestResult:
+    """`ingest` with everything taken from the round's parts: tasks, config, tokenizer, budgets and the groups
+    seen before."""
+    return ingest(records, tasks=parts.tasks, cfg=parts.cfg.ingest,
+                  own_fingerprint=parts.fingerprint, own_vocab_size=parts.vocab_size,
+                  advantage_mode=parts.cfg.train.advantage, now=now, own=own_model(parts), seen=parts.seen_groups)
 
 
-def own_model(node: Node) -> OwnModel:
-    limit = node.cfg.ingest.max_completion_tokens or node.cfg.generation.max_new_tokens
-    config = getattr(node.model, "config", None)
+def own_model(parts: RoundParts) -> OwnModel:
+    limit = parts.cfg.ingest.max_completion_tokens or parts.cfg.generation.max_new_tokens
+    config = getattr(parts.model, "config", None)
     context = getattr(config, "max_position_embeddings", None)
-    return OwnModel(node.tokenizer, node.prompt_of, limit, context if isinstance(context, int) else None)
+    return OwnModel(parts.tokenizer, parts.prompt_of, limit, context if isinstance(context, int) else None)
 
 
 def ingest(
@@ -114,11 +115,11 @@ def ingest(
         except Exception as exc:  # noqa: BLE001 — a peer's record must never end the round
             outcome = "internal_error"
             if not drops["internal_error"]:
-                log.warning("ingest: a record from %s raised %s: %.200s", getattr(rec, "peer", "?")[:16],
+                log.warning("ingest: a record from %s raised %s: %.200s", rec.peer[:16],
                             type(exc).__name__, exc)
         if isinstance(outcome, str):
             drops[outcome] += 1
-            peer_drops.setdefault(getattr(rec, "peer", "?"), Counter())[outcome] += 1
+            peer_drops.setdefault(rec.peer, Counter())[outcome] += 1
         else:
             groups.append(outcome)
     return IngestResult(groups, drops, peer_drops)

@@ -3,6 +3,7 @@
     1. tasks      sample B verifiable tasks, render prompts with our chat template
     2. generate   G completions per prompt, with per-token sampling logprobs μ
     3. verify     rewards from our verifier, advantages within each group
+                  (1–3 are one step, `sample`, with which every mode opens its round)
     4. publish    our groups go to the swarm (if one is configured)
     5. gather     peers' groups delivered since the last round (no lockstep): regenerated,
                   re-verified, advantages recomputed here
@@ -12,6 +13,7 @@
     9. sync       new weights into the generator
    10. record     metrics line, held-out eval when due, checkpoint when due
 
+The round reads the node's parts (node.round.parts.RoundParts), never the node itself.
 Other modes have their own round function built from the same steps (node.round.steps):
 federated mode's is node.federated.round.run_federated_round. docs/ARCHITECTURE.md draws
 the data flow and names the function behind each step.
@@ -23,22 +25,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from node.round.report import RoundOutcome, finish_round
-from node.round.steps import gather, publish, train, verify
+from node.round.steps import gather, publish, sample, train
 
 if TYPE_CHECKING:
-    from node.node import Node
+    from node.round.parts import RoundHost
 
 
-def run_round(node: Node, round_: int) -> dict[str, Any]:
+def run_round(node: RoundHost, round_: int) -> dict[str, Any]:
     started = time.perf_counter()
-    g = node.cfg.generation
-    tasks = node.tasks.sample(round_, g.prompts_per_round)  # 1
-    prompts = [node.prompt_of(t) for t in tasks]
-    gen = node.generator.generate(prompts, n=g.group_size)  # 2
-    local = verify(node, tasks, gen, round_)  # 3
-    wire_bytes = publish(node, round_, local, prompts)  # 4
-    gathered = gather(node)  # 5
-    selection = node.selector.select(local, gathered.groups)  # 6
-    step = train(node, selection.groups)  # 7, 8, 9
-    return finish_round(node, RoundOutcome(round_, started, local, gen, selection, step,  # 10
-                                           wire_bytes=wire_bytes, gathered=gathered))
+    parts = node.parts
+    sampled = sample(parts, round_)  # 1, 2, 3
+    wire_bytes = publish(parts, round_, sampled)  # 4
+    gathered = gather(parts)  # 5
+    selection = parts.selector.select(sampled.groups, gathered.groups)  # 6
+    step = train(parts, selection.groups)  # 7, 8, 9
+    return finish_round(parts, RoundOutcome(round_, started, sampled.groups, sampled.gen, selection, step,  # 10
+                                            wire_bytes=wire_bytes, gathered=gathered))

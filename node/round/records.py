@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from node.round.align import sender_token_bytes
 from node.round.groups import Group
 from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo
 
+if TYPE_CHECKING:
+    from node.round.parts import RoundParts
 
-def to_records(node, round_: int, groups: list[Group], prompts: list[str]) -> list[RolloutRecord]:
-    g = node.cfg.generation
-    model = ModelInfo(name=node.cfg.model.spec, tokenizer=node.fingerprint, vocab_size=node.vocab_size)
+
+def to_records(parts: RoundParts, round_: int, groups: list[Group], prompts: list[str]) -> list[RolloutRecord]:
+    g = parts.cfg.generation
+    model = ModelInfo(name=parts.cfg.model.spec, tokenizer=parts.fingerprint, vocab_size=parts.vocab_size)
     sampling = SamplingInfo(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens)
     now = time.time()
     return [
         RolloutRecord(
-            swarm=node.cfg.swarm.swarm_id,
-            peer=node.peer_id,
+            swarm=parts.cfg.swarm.swarm_id,
+            peer=parts.peer_id,
             round=round_,
             policy_version=group.policy_version,
             created_at=now,
@@ -27,7 +31,7 @@ def to_records(node, round_: int, groups: list[Group], prompts: list[str]) -> li
             prompt=prompt,
             completions=tuple(
                 Completion(c.text, c.token_ids, c.logprobs, c.finish_reason, reward_claimed=r,
-                           token_bytes=sender_token_bytes(node.tokenizer, c.text, c.token_ids))
+                           token_bytes=sender_token_bytes(parts.tokenizer, c.text, c.token_ids))
                 for c, r in zip(group.completions, group.rewards)
             ),
         )

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from node.round.groups import Group
 from node.round.select import Selection
-from node.round.steps import Gathered
+from node.round.steps import Gathered, PeerTally
 from node.round.train import StepResult
 
 if TYPE_CHECKING:
     from node.generation.base import GenerationResult
-    from node.node import Node
+    from node.round.parts import RoundParts
 
 
 @dataclass
@@ -32,35 +32,36 @@ class RoundOutcome:
     extra: dict[str, Any] = field(default_factory=dict)  # mode-specific fields (federated: public, averaging)
 
 
-def finish_round(node: Node, out: RoundOutcome) -> dict[str, Any]:
+def finish_round(parts: RoundParts, out: RoundOutcome) -> dict[str, Any]:
     """Held-out eval when due, the metrics line, a checkpoint when due; returns the metrics."""
-    eval_accuracy = node.evaluate() if node.eval_due(out.round) else None
-    metrics = round_metrics(node, out, eval_accuracy, time.perf_counter() - out.started)
-    node.log.write(metrics)
-    if node.checkpoint_due(out.round):
-        node.save_checkpoint(out.round)
+    book = parts.book
+    eval_accuracy = book.evaluate() if book.eval_due(out.round) else None
+    metrics = round_metrics(parts, out, eval_accuracy, time.perf_counter() - out.started)
+    book.log.write(metrics)
+    if book.checkpoint_due(out.round):
+        book.save_checkpoint(out.round)
     return metrics
 
 
-def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, round_s: float) -> dict[str, Any]:
+def round_metrics(parts: RoundParts, out: RoundOutcome, eval_accuracy: float | None, round_s: float) -> dict[str, Any]:
     rewards = [r for g in out.local for r in g.rewards]  # none: a learner that received nothing this round
     lengths = [len(c.token_ids) for g in out.local for c in g.completions]
-    sel, step, gen = out.selection, out.step, out.gen
+    sel, step, gen, book = out.selection, out.step, out.gen, parts.book
     return {
-        "node": node.cfg.name,
+        "node": parts.cfg.name,
         "round": out.round,
-        "policy_version": node.policy_version,
+        "policy_version": parts.policy.version,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "accuracy": sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else None,
         "eval_accuracy": eval_accuracy,
-        "eval_se": node.last_eval.se if eval_accuracy is not None and node.last_eval else None,
+        "eval_se": book.last_eval.se if eval_accuracy is not None and book.last_eval else None,
         # mean verifier score on the held-out items: partial credit moves before exact matches do
-        "eval_score": node.last_eval.score if eval_accuracy is not None and node.last_eval else None,
-        "eval_accuracy_by_task": (node.last_eval.by_label() or None) if eval_accuracy is not None and node.last_eval
+        "eval_score": book.last_eval.score if eval_accuracy is not None and book.last_eval else None,
+        "eval_accuracy_by_task": (book.last_eval.by_label() or None) if eval_accuracy is not None and book.last_eval
         else None,
-        "eval_accuracy_before": node.eval_before if out.round == 0 else None,
-        "eval_se_before": node.eval_before_se if out.round == 0 else None,
-        "eval_size": node.eval_size if eval_accuracy is not None or out.round == 0 else None,
+        "eval_accuracy_before": book.eval_before if out.round == 0 else None,
+        "eval_se_before": book.eval_before_se if out.round == 0 else None,
+        "eval_size": book.eval_size if eval_accuracy is not None or out.round == 0 else None,
         "groups_local": sel.local,
         "groups_external": sel.external,
         "groups_published": len(out.local) if out.wire_bytes else 0,
@@ -89,9 +90,9 @@ def round_metrics(node: Node, out: RoundOutcome, eval_accuracy: float | None, ro
         "peers_backoff": out.gathered.standing.get("backoff", 0),
         "peers_backed_off": out.gathered.backed_off or None,  # a few backed-off peers → their last failure
         "fanin_skipped": out.gathered.skipped,
-        "pool_size": len(node.selector.pool),
+        "pool_size": len(parts.selector.pool),
         "pool_aged_out": out.gathered.too_old,
-        "peer_groups_note": peer_groups_note(out, node.cfg.select.external_groups),
+        "peer_groups_note": peer_groups_note(out, parts.cfg.select.external_groups),
         "drops": out.gathered.drops,
         "refused": out.gathered.refused or None,  # streams refused, bundles declined, addresses not dialled
         "time": time.time(),
@@ -106,9 +107,9 @@ def peer_stats(out: RoundOutcome) -> dict[str, dict]:
     for g in out.selection.groups:
         if g.is_external:
             used[g.source] = used.get(g.source, 0) + 1
-    stats = {p: {**v, "used": used.pop(p, 0)} for p, v in out.gathered.by_peer.items()}
+    stats = {p: tally.stats(used.pop(p, 0)) for p, tally in out.gathered.by_peer.items()}
     for peer, n in used.items():  # pooled in an earlier round, trained on in this one
-        stats[peer] = {"model": "", "received": 0, "dropped": {}, "used": n}
+        stats[peer] = PeerTally().stats(n)
     return stats
 
 

@@ -38,6 +38,11 @@ class Selection:
     external: int
     dropped_zero_adv: int
 
+    @classmethod
+    def empty(cls) -> Selection:
+        """Nothing selected (a round that does not train)."""
+        return cls([], 0, 0, 0)
+
 
 def kind_of(group: Group) -> str:
     """A group's task kind: dataset and config (difficulty bands of one dataset are different kinds)."""

@@ -1,7 +1,10 @@
-"""The steps a round is made of, shared by every round function (node.round.loop, node.federated.round).
+"""The steps a round is made of, shared by every round function (node.round.loop, node.federated.round,
+node.heterorl).
 
-Each step takes the node and returns a typed value; none of them decides what kind of round it is.
+Each step takes the round's parts (node.round.parts.RoundParts) and returns a typed value; none of them
+decides what kind of round it is.
 
+  sample   tasks → prompts in our chat template → G completions each → verified groups (every mode opens so)
   verify   our verifier's rewards and within-group advantages for freshly generated groups
   publish  our groups as wire records to the swarm (0 bytes without a swarm)
   gather   peers' groups delivered since the last round (never lockstep): vetted by the transport,
@@ -17,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from node.generation.base import GenerationResult
 from node.round.dedup import group_digest
 from node.round.groups import Group, verify_group
 from node.round.ingest import ingest_for
@@ -24,9 +28,41 @@ from node.round.records import to_records
 from node.round.train import StepResult, build_rows, train_step
 
 if TYPE_CHECKING:
-    from node.generation.base import GenerationResult
-    from node.node import Node
+    from node.round.parts import RoundParts
     from node.tasks.source import Task
+
+
+@dataclass
+class Sample:
+    """A round's own groups: the tasks drawn, their prompts, the generation and the verified groups."""
+
+    tasks: list[Task]
+    prompts: list[str]
+    gen: GenerationResult
+    groups: list[Group]
+
+    @classmethod
+    def empty(cls) -> Sample:
+        """Nothing sampled (a learner that does not generate its own groups)."""
+        return cls([], [], GenerationResult([], 0.0, 0), [])
+
+
+@dataclass
+class PeerTally:
+    """One peer's records in a round: its model as its records name it (display only), its groups
+    accepted, its records dropped by reason."""
+
+    model: str = ""
+    received: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def __add__(self, other: PeerTally) -> PeerTally:
+        return PeerTally(other.model or self.model, self.received + other.received,
+                         dict(Counter(self.dropped) + Counter(other.dropped)))
+
+    def stats(self, used: int) -> dict:
+        """The peer's entry in the metrics line's `peer_stats`, with the groups trained on this round."""
+        return {"model": self.model, "received": self.received, "dropped": dict(self.dropped), "used": used}
 
 
 @dataclass
@@ -42,7 +78,7 @@ class Gathered:
     too_old: int = 0  # pooled groups that aged out unused (ingest.max_age_s)
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
-    by_peer: dict[str, dict] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
+    by_peer: dict[str, PeerTally] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
     refused: dict[str, int] = field(default_factory=dict)  # what the transport refused (swarm.receive.Delivery)
 
     def __add__(self, other: Gathered) -> Gathered:
@@ -55,52 +91,55 @@ class Gathered:
                         merge_by_peer(self.by_peer, other.by_peer), dict(Counter(self.refused) + Counter(other.refused)))
 
 
-def merge_by_peer(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
+def merge_by_peer(a: dict[str, PeerTally], b: dict[str, PeerTally]) -> dict[str, PeerTally]:
     """Two rounds' (or a round's two receives') per-peer tallies added up."""
-    out = {p: {**v, "dropped": dict(v["dropped"])} for p, v in a.items()}
-    for peer, v in b.items():
-        if peer not in out:
-            out[peer] = {**v, "dropped": dict(v["dropped"])}
-            continue
-        mine = out[peer]
-        mine["received"] += v["received"]
-        mine["dropped"] = dict(Counter(mine["dropped"]) + Counter(v["dropped"]))
-        mine["model"] = v["model"] or mine["model"]
+    out = dict(a)
+    for peer, tally in b.items():
+        out[peer] = out[peer] + tally if peer in out else tally
     return out
 
 
-def by_peer(records: list, groups: list[Group], peer_drops: dict[str, Counter]) -> dict[str, dict]:
-    """peer → {model: the name its records give (display only), received: its groups accepted, dropped: reason → n}."""
+def by_peer(records: list, groups: list[Group], peer_drops: dict[str, Counter]) -> dict[str, PeerTally]:
+    """peer → its tally: the model its records name (display only), its groups accepted, its drops by reason."""
     accepted = Counter(g.source for g in groups)
-    out: dict[str, dict] = {}
+    out: dict[str, PeerTally] = {}
     for r in records:
-        peer = getattr(r, "peer", "?")
-        model = getattr(getattr(r, "model", None), "name", "") or ""
-        out.setdefault(peer, {"model": model, "received": accepted[peer], "dropped": dict(peer_drops.get(peer, {}))})
+        if r.peer not in out:
+            out[r.peer] = PeerTally(r.model.name or "", accepted[r.peer], dict(peer_drops.get(r.peer, {})))
     return out
 
 
-def verify(node: Node, tasks: list[Task], gen: GenerationResult, round_: int) -> list[Group]:
+def sample(parts: RoundParts, round_: int, tasks: list[Task] | None = None) -> Sample:
+    """`tasks` (default: the round's B tasks from our task source) → prompts → G completions each → verified
+    groups tagged with `round_`."""
+    g = parts.cfg.generation
+    tasks = parts.tasks.sample(round_, g.prompts_per_round) if tasks is None else tasks
+    prompts = [parts.prompt_of(t) for t in tasks]
+    gen = parts.generator.generate(prompts, n=g.group_size)
+    return Sample(tasks, prompts, gen, verify(parts, tasks, gen, round_))
+
+
+def verify(parts: RoundParts, tasks: list[Task], gen: GenerationResult, round_: int) -> list[Group]:
     """Rewards from our verifier and advantages within each group, tagged with the sampling version."""
     # the version of the weights that actually sampled (vLLM may lag by up to sync_every − 1 steps)
-    sampled_by = node.policy_version if gen.policy_version is None else gen.policy_version
-    mode = node.cfg.train.advantage
-    return [verify_group(node.tasks, t, comps, mode=mode, round=round_, policy_version=sampled_by)
+    sampled_by = parts.policy.version if gen.policy_version is None else gen.policy_version
+    mode = parts.cfg.train.advantage
+    return [verify_group(parts.tasks, t, comps, mode=mode, round=round_, policy_version=sampled_by)
             for t, comps in zip(tasks, gen.groups)]
 
 
-def publish(node: Node, round_: int, groups: list[Group], prompts: list[str]) -> int:
-    """Wire bytes of the bundle we published (0 without a swarm). Our groups are remembered as seen: if a peer
-    sends one back, it is a `duplicate` (node.round.dedup)."""
-    if node.transport is None:
+def publish(parts: RoundParts, round_: int, sampled: Sample) -> int:
+    """Wire bytes of the bundle of our sampled groups we published (0 without a swarm). Our groups are remembered
+    as seen: if a peer sends one back, it is a `duplicate` (node.round.dedup)."""
+    if parts.transport is None:
         return 0
-    records = to_records(node, round_, groups, prompts)
+    records = to_records(parts, round_, sampled.groups, sampled.prompts)
     for rec in records:
-        node.seen_groups.add(group_digest(rec.task, (c.text for c in rec.completions)), rec.created_at)
-    return node.transport.publish(records)
+        parts.seen_groups.add(group_digest(rec.task, (c.text for c in rec.completions)), rec.created_at)
+    return parts.transport.publish(records)
 
 
-def gather(node: Node) -> Gathered:
+def gather(parts: RoundParts) -> Gathered:
     """Peers' groups delivered since the last round: regenerated, re-verified, recomputed here.
 
     Never lockstep: the round takes what has arrived. It waits (at most swarm.wait_s) only while
@@ -110,27 +149,27 @@ def gather(node: Node) -> Gathered:
     nor does one whose only peers are ghosts, peers that never serve, or peers whose every record
     is dropped. Pooled groups older than ingest.max_age_s are pruned first.
     """
-    if node.transport is None:
+    if parts.transport is None:
         return Gathered()
-    cfg = node.cfg
+    cfg = parts.cfg
     horizon = time.time() - cfg.ingest.max_age_s
-    too_old = node.selector.prune(lambda g: g.created_at >= horizon)
-    missing = max(0, cfg.select.external_groups - node.selector.usable())
-    wait = cfg.swarm.wait_s if missing and node.transport.earned() else 0.0
-    gathered = receive(node, missing if wait else 0, wait, while_earned=True)
+    too_old = parts.selector.prune(lambda g: g.created_at >= horizon)
+    missing = max(0, cfg.select.external_groups - parts.selector.usable())
+    wait = cfg.swarm.wait_s if missing and parts.transport.earned() else 0.0
+    gathered = receive(parts, missing if wait else 0, wait, while_earned=True)
     gathered.too_old = too_old
     return gathered
 
 
-def receive(node: Node, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Gathered:
+def receive(parts: RoundParts, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Gathered:
     """What the transport delivered (waiting ≤ timeout while fewer than min_records; with `while_earned`, only
     while a peer is in good standing), through ingest; the verdict per peer goes back to the transport
     (Transport.judge)."""
-    if node.transport is None:
+    if parts.transport is None:
         return Gathered()
-    delivery = node.transport.take(min_records=min_records, timeout=timeout, while_earned=while_earned)
-    result = ingest_for(node, delivery.records)
-    node.transport.judge(verdicts(delivery.records, result.groups, result.peer_drops))
+    delivery = parts.transport.take(min_records=min_records, timeout=timeout, while_earned=while_earned)
+    result = ingest_for(parts, delivery.records)
+    parts.transport.judge(verdicts(delivery.records, result.groups, result.peer_drops))
     drops = Counter(delivery.drops)
     drops.update(result.drops)
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
@@ -156,15 +195,15 @@ def imitate_bar(groups: list[Group], cfg) -> float | None:
     return statistics.fmean(own) if cfg.imitate and cfg.imitate_bar == "own" and own else None
 
 
-def train(node: Node, groups: list[Group], regularizer=None) -> StepResult:
+def train(parts: RoundParts, groups: list[Group], regularizer=None) -> StepResult:
     """Score `groups` in our tokenization, take the round's optimizer steps, sync the generator (steps 7–9)."""
-    cfg = node.cfg
-    rows = build_rows(groups, node.tokenizer, node.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence",
+    cfg, policy = parts.cfg, parts.policy
+    rows = build_rows(groups, parts.tokenizer, parts.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence",
                       imitate_bar=imitate_bar(groups, cfg.train))
-    step = train_step(node.model, node.optimizer, rows, node.loss_fn, cfg.train,
-                      temperature=cfg.generation.temperature, pad_id=node.tokenizer.pad_token_id,
-                      regularizer=regularizer, reference=node.reference)
+    step = train_step(policy.model, policy.optimizer, rows, parts.loss_fn, cfg.train,
+                      temperature=cfg.generation.temperature, pad_id=parts.tokenizer.pad_token_id,
+                      regularizer=regularizer, reference=parts.reference)
     if step.stepped:
-        node.policy_version += step.steps
-        node.generator.sync_weights(node.model, node.policy_version)
+        policy.version += step.steps
+        parts.generator.sync_weights(policy.model, policy.version)
     return step

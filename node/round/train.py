@@ -61,6 +61,11 @@ class StepResult:
     def stepped(self) -> bool:
         return self.steps > 0
 
+    @classmethod
+    def empty(cls) -> StepResult:
+        """No step taken and nothing trained (a round that does not train)."""
+        return cls({}, 0, 0, 0, 0.0, 0)
+
 
 def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True,
                imitate_bar: float | None = None) -> list[Row]:

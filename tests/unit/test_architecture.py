@@ -117,6 +117,16 @@ def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monke
     assert find_cycle(import_graph(packages=True)) == ["node.cli", "node.cli.main", "node.cli.doctor", "node.cli"]
 
 
+def test_nothing_below_the_node_imports_it():
+    """Inside node/ only the top-level modules (node.runner, ...) and the operator's commands, which start a
+    node, may import node.node: the round, federated and HeteroRL packages read node.round.parts.RoundParts,
+    so no arrow runs back up from them (imports under TYPE_CHECKING included)."""
+    starts_a_node = ("node.cli.",)
+    bad = sorted(m for m, deps in import_graph(type_checking=True).items()
+                 if "node.node" in deps and m.count(".") > 1 and m.startswith("node.") and not m.startswith(starts_a_node))
+    assert not bad, f"modules below node.node that import it: {bad}"
+
+
 def test_layers_point_one_way():
     bad = [(m, n) for m, deps in import_graph().items() for n in deps
            if n.split(".")[0] != m.split(".")[0] and n.split(".")[0] not in ALLOWED[m.split(".")[0]]]

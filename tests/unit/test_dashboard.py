@@ -16,7 +16,7 @@ from node.cli.main import main
 from node.dashboard.server import Dashboard
 from node.dashboard.state import HIDDEN, Snapshots, node_facts, redact
 from node.metrics import MetricsConfig, MetricsLog, Prom
-from node.round.steps import by_peer, merge_by_peer
+from node.round.steps import PeerTally, by_peer, merge_by_peer
 
 PEER = "QmPeerOne"
 
@@ -137,10 +137,11 @@ def test_per_peer_tallies_and_their_prometheus_series():
     rec = lambda peer, name: SimpleNamespace(peer=peer, model=SimpleNamespace(name=name))  # noqa: E731
     groups = [SimpleNamespace(source="A")]
     first = by_peer([rec("A", "lab-spell"), rec("A", "lab-spell"), rec("B", "x")], groups, {"A": {"stale_age": 1}})
-    assert first == {"A": {"model": "lab-spell", "received": 1, "dropped": {"stale_age": 1}},
-                     "B": {"model": "x", "received": 0, "dropped": {}}}
-    both = merge_by_peer(first, {"A": {"model": "", "received": 2, "dropped": {"stale_age": 2, "bad_logprobs": 1}}})
-    assert both["A"] == {"model": "lab-spell", "received": 3, "dropped": {"stale_age": 3, "bad_logprobs": 1}}
+    assert first == {"A": PeerTally("lab-spell", 1, {"stale_age": 1}), "B": PeerTally("x", 0, {})}
+    both = merge_by_peer(first, {"A": PeerTally("", 2, {"stale_age": 2, "bad_logprobs": 1})})
+    assert both["A"] == PeerTally("lab-spell", 3, {"stale_age": 3, "bad_logprobs": 1})
+    assert both["A"].stats(2) == {"model": "lab-spell", "received": 3, "dropped": {"stale_age": 3, "bad_logprobs": 1},
+                                  "used": 2}
     prom = Prom("lab-0")
     prom.observe({**_row(0), "step_s": 0.1, "tokens_per_s": 10.0,
                   "peer_stats": {"A": {"model": "lab-spell", "received": 3, "used": 2, "dropped": {"stale_age": 1}}}})
