@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
-from pathlib import Path
 
+from bench.harness.output import results_dir
 from bench.scale.model import Costs, Setting
 from bench.scale.sim import T0, simulate
 from protocols.keys import rollouts_key
 
-GOSSIP = Path(__file__).resolve().parents[1] / "results" / "gossip.json"
+GOSSIP = results_dir("exchange") / "gossip.json"
 PROBE_S = 0.05  # the second overhead tried by the fit
 
 
@@ -31,7 +31,7 @@ def measure_costs(groups: int = 8) -> Costs:
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils.serializer import MSGPackSerializer
 
-    from bench.gossip import synthetic_records
+    from bench.harness.peers import synthetic_records
     from swarm.receive import make_bundle
 
     peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"

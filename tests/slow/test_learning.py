@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.learning_margin import measure
+from bench.learning.learning_margin import measure
 
 pytestmark = pytest.mark.slow
 
