@@ -1,7 +1,7 @@
 """How many real peers this machine holds: N real HivemindTransport peers at once.
 
 Each peer is a full transport (its own p2p daemon and hivemind DHT process, one bootstrap for all) that
-behaves like a node without a model, exactly as in bench/gossip.py (whose workers this reuses, `per_process`
+behaves like a node without a model, exactly as in bench/exchange/gossip.py (whose workers this reuses, `per_process`
 peers per process): every `period` seconds it publishes one lab-round bundle (8 groups × 8 completions ×
 24 tokens, ≈ 8.9 kB) and takes what arrived, with the default fan-in budget (16 bundles per 10 s window)
 and pushes to 8 recently seen peers.
@@ -10,12 +10,12 @@ and pushes to 8 recently seen peers.
                digest_mismatch), over every peer: the share of what fan-in selected that arrived
                (fetches still running when the peers stop are in neither)
 
-DHT costs at each N (bench/dht_probe.py): each poll read's latency and entries, reads
+DHT costs at each N (bench/harness/dht_probe.py): each poll read's latency and entries, reads
 per peer per second, and what each peer's DHT process serves as a key holder (find requests and KiB per
 second, mean and max over peers; every peer is a holder, so the mean is also a peer's DHT download),
 with the exponent of each metric's growth with N fitted over the levels.
 
-    python -m bench.capacity [--peers 64] [--per-process 8] [--rounds 6] [--period 10] [--beam 0 8]
+    python -m bench.exchange.capacity [--peers 64] [--per-process 8] [--rounds 6] [--period 10] [--beam 0 8]
 """
 
 from __future__ import annotations

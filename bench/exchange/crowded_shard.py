@@ -1,11 +1,11 @@
 """A crowded shard: does a peer's bundle reach a node when throwaway identities fill its announcement key?
 
-    python -m bench.crowded_shard [--bundles 12] [--period-s 2.5] [--repeats 1] [--arms 40:push,…] [--name crowded_shard]
+    python -m bench.exchange.crowded_shard [--bundles 12] [--period-s 2.5] [--repeats 1] [--arms 40:push,…] [--name crowded_shard]
 
 Real hivemind peers on 127.0.0.1: a bootstrap, a node `victim` and an honest peer `honest`, each publishing a
 bundle every --period-s and taking (and judging as used) what the other sends, as two nodes would; and, per
 arm, G throwaway identities behind one DHT peer, all in the honest peer's shard, announcing every window
-bundles nobody serves (bench.attacks.Ghosts). After a warm-up in which the two peers find each other, the
+bundles nobody serves (bench.harness.attacks.Ghosts). After a warm-up in which the two peers find each other, the
 honest peer publishes --bundles bundles; the bench counts how many reached the victim and how long after
 their publication (delay). Arms:
 
@@ -17,7 +17,7 @@ their publication (delay). Arms:
 
 Reads of a crowded key are paced by the entries under it (swarm.polling: a key of n entries is read about
 every n × 4 × 1.25 / 12.8 s), so a peer announcing through the DHT alone is seen late and loses bundles
-(a newer announcement replaces its older one). Writes bench/results/<name>.json.
+(a newer announcement replaces its older one). Writes bench/results/exchange/<name>.json.
 """
 
 from __future__ import annotations

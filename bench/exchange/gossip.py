@@ -19,7 +19,7 @@ Parts, printed side by side:
   latency   --latency-nodes 4 8: publish → visible with direct pushes (notify_peers 8, the
             default) and with the DHT poll alone (notify_peers 0)
 
-    python -m bench.gossip [--fanin-nodes 4 8 16] [--latency-nodes 4 8] [--rounds 8] [--period 5]
+    python -m bench.exchange.gossip [--fanin-nodes 4 8 16] [--latency-nodes 4 8] [--rounds 8] [--period 5]
 """
 
 from __future__ import annotations

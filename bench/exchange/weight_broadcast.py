@@ -16,7 +16,7 @@ layers: examples/smollm2-swarm.yaml), and with --smollm2-full its full weights. 
 saves on each payload, and on the byte-wise XOR of two versions one real optimizer step apart (lab
 model, lab-solo round) — a delta format would only pay if that compressed well.
 
-    python -m bench.weight_broadcast [--samplers 2] [--versions 5] [--smollm2-full]
+    python -m bench.exchange.weight_broadcast [--samplers 2] [--versions 5] [--smollm2-full]
 """
 
 from __future__ import annotations

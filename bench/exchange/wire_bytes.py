@@ -13,7 +13,7 @@ float32 logprobs. Printed side by side:
                      prompts, to show where the bytes go
   zstd levels        the same bundle at levels 3 / 10 (shipped) / 19, with encode/decode times
 
-    python -m bench.wire_bytes [--models lab-chain-sum smollm2-135m] [--prompts 4] [--group-size 4]
+    python -m bench.exchange.wire_bytes [--models lab-chain-sum smollm2-135m] [--prompts 4] [--group-size 4]
                                  [--max-new-tokens 64]
 
 A model that is not in the built-in cache is skipped with a note (build it with

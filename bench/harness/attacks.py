@@ -1,5 +1,5 @@
 """What a hostile peer sends to exhaust a node: the attacks of the hostile tests (tests/adversarial/test_exhaustion.py)
-and of the soak's attacker roles (bench/soak_roles.py), each over a real HivemindTransport of the attacker's.
+and of the soak's attacker roles (bench/reliability/soak/roles.py), each over a real HivemindTransport of the attacker's.
 
     bomb_bundle       a few KB of zstd whose records decode to ~2^21 equal tokens (an honest record first)
     bloat_record      an honest-looking record whose model name is millions of characters long

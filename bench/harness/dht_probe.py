@@ -1,6 +1,6 @@
 """Counters inside real hivemind DHT processes and timers around the transport's DHT reads.
 
-For bench/gossip.py's workers (and so bench/capacity.py): `install()` wraps hivemind's
+For bench/exchange/gossip.py's workers (and so bench/exchange/capacity.py): `install()` wraps hivemind's
 `DHTProtocol.rpc_find` / `rpc_store` at class level before any DHT starts; hivemind's DHT is a
 fork of the process that starts it, so every DHT child then counts what it serves, in its own memory:
 requests, keys asked and response bytes (the protobuf payload, without libp2p's framing).

@@ -173,7 +173,7 @@ def summarise(logs: list[dict]) -> dict:
 
 
 def dht_costs(logs: list[dict]) -> dict:
-    """What the DHT polling costs (bench.dht_probe): each poll read's latency and entries, and what each
+    """What the DHT polling costs (bench.harness.dht_probe): each poll read's latency and entries, and what each
     peer's DHT process served as a key holder, per second, over the measured rounds."""
     reads = [r for log in logs for r in log.get("reads", [])]
     served = [(a, b) for log in logs for a, b in log.get("served", [])]

@@ -4,9 +4,9 @@ Seed s runs the config with `seed: s` and `tasks.seed: 1000·s` (swarm local giv
 task stream 1000·s + i; the solo control gets node 0's). Per seed: each node's held-out gain (after −
 before, from its metrics.jsonl) and node 0's gain minus the control's — the same seed, task stream,
 generation and held-out items, so the difference is paired. Reported: the mean over seeds with a 95 %
-t-interval and how many seeds were positive; bench/results/demo_seeds<tag>.json.
+t-interval and how many seeds were positive; bench/results/learning/demo_seeds<tag>.json.
 
-    python -m bench.demo_seeds --seeds 0 1 2 3 4 5 6 7        # ≈ 2–4 min a seed on 2 cores
+    python -m bench.learning.demo_seeds --seeds 0 1 2 3 4 5 6 7        # ≈ 2–4 min a seed on 2 cores
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
     runs = []
-    bar = Progress("bench.demo_seeds", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
+    bar = Progress("bench.learning.demo_seeds", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
     for k, seed in enumerate(args.seeds, 1):
         r = run_seed(args.config, args.nodes, seed, args.rounds)
         runs.append(r)

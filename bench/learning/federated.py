@@ -13,8 +13,8 @@ PubSwap every τ_swap-th round is a public step. Measured per run:
              partition, float32); public step = own bundle × (N − 1) peers that fetched it + the
              N − 1 bundles it fetched (from every node's logged bundle size)
 
-    python -m bench.federated                      # 4 clients, 40 rounds, τ = 10, τ_swap = 2 (~5 min)
-    python -m bench.federated --rounds 20 --tau 5 --tag _tau5
+    python -m bench.learning.federated                      # 4 clients, 40 rounds, τ = 10, τ_swap = 2 (~5 min)
+    python -m bench.learning.federated --rounds 20 --tau 5 --tag _tau5
 """
 
 from __future__ import annotations

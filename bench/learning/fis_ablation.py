@@ -22,11 +22,11 @@ B. IS-weight variance vs policy gap (gepo paper §3, Fig. 2 idea): for growing �
    weights exp(log π_θ − log μ_t)) and the `gepo` loss (sequence weights p_i / E_q[q]); their
    `is_weight_var` is printed next to the KL estimate; plus the re-tokenised tiny-qwen2 pair.
 
-    python -m bench.fis_ablation [--learner lab-spell] [--steps 30] [--losses nois tis f-tis] [--sigma-a 0.5]
+    python -m bench.learning.fis_ablation [--learner lab-spell] [--steps 30] [--losses nois tis f-tis] [--sigma-a 0.5]
                                  [--sigmas 0 0.25 0.5 0.75 1 1.5] [--lr 1e-4] [--part B --b-seeds 0 1 2]
-    python -m bench.fis_ablation --combine _a0 _a1 _a2
+    python -m bench.learning.fis_ablation --combine _a0 _a1 _a2
 
-Writes bench/results/fis_ablation{tag}.json (and .png when B ran). Part A on lab-spell: about a minute per seed.
+Writes bench/results/learning/fis_ablation{tag}.json (and .png when B ran). Part A on lab-spell: about a minute per seed.
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ group weight is ≈ 1), so a pair run differs from its solo run only in the peer
 the mean IS weight on the peer's rows (rounds that used any), from the loss's `is_weight_external`;
 `w_share` the share of those weights ≥ 0.1 (not negligible); `filtered` the rows an f-* filter zeroed.
 
-    python -m bench.hetero [--losses nois f-nois tis gepo f-tis tis/sequence] [--seeds 0 1 2] [--rounds 40]
-    python -m bench.hetero --pair smollm2 --losses nois f-nois gepo f-tis tis --rounds 8   # docs/BENCHMARKS.md §12B
+    python -m bench.learning.hetero [--losses nois f-nois tis gepo f-tis tis/sequence] [--seeds 0 1 2] [--rounds 40]
+    python -m bench.learning.hetero --pair smollm2 --losses nois f-nois gepo f-tis tis --rounds 8   # docs/BENCHMARKS.md §12B
 
-The nodes run in one process on the in-memory twin of the exchange (bench/sapo.py); the models
-are built on first use (about 1–5 minutes each). Writes bench/results/hetero[-smollm2].{json,png}.
+The nodes run in one process on the in-memory twin of the exchange (bench/learning/sapo.py); the models
+are built on first use (about 1–5 minutes each). Writes bench/results/learning/hetero[-smollm2].{json,png}.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ the variance of all three weights (`var_token`, `var_seq`, `var_gepo`), whatever
 Reported per (loss, bound), mean and 95 % t-interval over seeds: held-out accuracy after the run
 (and before), reward of the samplers' groups the learner received (re-verified; last quarter of the
 run), the trained loss's IS-weight variance, the three diagnostic variances, grad norm (mean, max),
-clipped fraction, KL(μ‖π_θ) per token, staleness of the groups trained. Plot: bench/results/heterorl<tag>.png.
+clipped fraction, KL(μ‖π_θ) per token, staleness of the groups trained. Plot: bench/results/learning/heterorl<tag>.png.
 
-    python -m bench.heterorl --config examples/heterorl/lab.yaml --seeds 0 1 2 --steps 60
+    python -m bench.learning.heterorl --config examples/heterorl/lab.yaml --seeds 0 1 2 --steps 60
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     random.seed(0)
     before: dict[int, float] = {}
     results, started = [], time.perf_counter()
-    bar = Progress("bench.heterorl", total=len(args.max_delays) * len(args.losses) * len(args.seeds), unit="runs",
+    bar = Progress("bench.learning.heterorl", total=len(args.max_delays) * len(args.losses) * len(args.seeds), unit="runs",
                    every_s=0)  # k/N, ETA on stderr
     for bound in args.max_delays:
         for loss in args.losses:

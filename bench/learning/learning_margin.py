@@ -1,7 +1,7 @@
 """Does RL on the lab model raise its held-out accuracy? Trained vs frozen, same task stream, paired.
 
-    python -m bench.learning_margin 0 1 2 3 4 5 6 7          # seeds; one JSON line per seed + a summary
-    python -m bench.learning_margin 0 --rounds 20 --set train.lr=2e-4 --trace
+    python -m bench.learning.learning_margin 0 1 2 3 4 5 6 7          # seeds; one JSON line per seed + a summary
+    python -m bench.learning.learning_margin 0 --rounds 20 --set train.lr=2e-4 --trace
 
 For each seed, one node of examples/lab-solo.yaml (or --config) runs `--rounds` rounds twice with one
 torch thread, through the project's own round code (node.runner.run):
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         overrides[key] = parse_value(value)
     rounds = args.rounds or load_config(args.config).rounds
     results = []
-    bar = Progress("bench.learning_margin", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
+    bar = Progress("bench.learning.learning_margin", total=len(args.seeds), unit="seeds", every_s=0)  # k/N, ETA on stderr
     for seed in args.seeds:
         result = measure(seed, args.config, rounds, overrides, trace=args.trace)
         results.append(result)

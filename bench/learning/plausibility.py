@@ -7,8 +7,8 @@ floor p, the share of their tokens with π < p, of rows holding one, and of toke
 (the first such token and all after it) — over all rows and over the rows that scored above their
 group's mean (those a positive advantage pushes up). Not a learning run: a description of the rows.
 
-    python -m bench.plausibility examples/lab-swarm.yaml examples/papers/sapo-binary.yaml \
-        examples/smollm2-swarm.yaml --prompts 32                    # → bench/results/plausibility.json
+    python -m bench.learning.plausibility examples/lab-swarm.yaml examples/papers/sapo-binary.yaml \
+        examples/smollm2-swarm.yaml --prompts 32                    # → bench/results/learning/plausibility.json
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ merges result files of separate invocations into one table and plot):
                (SAPO's "cumulative reward"; the sum over nodes is 4× this)
   gain         held-out accuracy after − before (tasks.eval_size items, same items), mean of nodes
   worst_node_gain  the lowest single node's gain over all seeds (a node that collapsed shows here)
-and a plot: bench/results/sapo<tag>.png.
+and a plot: bench/results/learning/sapo<tag>.png.
 
-    python -m bench.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
+    python -m bench.learning.sapo --config examples/papers/sapo.yaml --seeds 0 1 2 --rounds 40 \\
         --update sapo= --update "f-tis=loss={name: f-tis}"
 """
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="an update to compare, with config overrides (default: the config's own as 'sapo')")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--tag", default="")
-    ap.add_argument("--combine", nargs="+", metavar="NAME", help="no runs: merge bench/results/NAME.json files "
+    ap.add_argument("--combine", nargs="+", metavar="NAME", help="no runs: merge bench/results/learning/NAME.json files "
                     "(runs of other splits or updates, same seeds) into one table and plot, named by --tag")
     args = ap.parse_args(argv)
     if args.combine:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         name, _, rest = item.partition("=")
         updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}
     results = []
-    bar = Progress("bench.sapo", total=len(updates) * len(args.splits) * len(args.seeds), unit="runs",
+    bar = Progress("bench.learning.sapo", total=len(updates) * len(args.splits) * len(args.seeds), unit="runs",
                    every_s=0)  # k/N, ETA on stderr
     for update, over in updates.items():
         for split in args.splits:

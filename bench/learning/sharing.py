@@ -39,13 +39,13 @@ and, added after those came out and before their runs, arms A and B (equal gener
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
 twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
-Runs are appended to bench/results/sharing<tag>.jsonl as they finish (an interrupted invocation
+Runs are appended to bench/results/learning/sharing<tag>.jsonl as they finish (an interrupted invocation
 resumes where it stopped); the table goes to sharing<tag>.json and the figure to sharing<tag>.png.
 
-    python -m bench.sharing --config examples/papers/sapo.yaml --arms A B C D --update "f-tis=loss={name: f-tis}" \\
+    python -m bench.learning.sharing --config examples/papers/sapo.yaml --arms A B C D --update "f-tis=loss={name: f-tis}" \\
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --tag _partial
-    python -m bench.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
-    python -m bench.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
+    python -m bench.learning.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
+    python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def parse_arm(text: str) -> tuple[str, tuple[int, int, int, bool]]:
     name, _, spec = text.partition("=")
     parts = spec.split("/")
     if not name or len(parts) not in (3, 4) or not all(p.isdigit() for p in parts[:3]) or parts[3:] not in ([], ["s"]):
-        raise SystemExit(f"bench.sharing: bad arm {text!r}: expected A..E or NAME=I/J/G[/s]")
+        raise SystemExit(f"bench.learning.sharing: bad arm {text!r}: expected A..E or NAME=I/J/G[/s]")
     return name, (int(parts[0]), int(parts[1]), int(parts[2]), parts[3:] == ["s"])
 
 
@@ -158,7 +158,7 @@ def run_hivemind(job: dict) -> dict:
 
     i, j, g, special = job["arm_spec"]
     if special:
-        raise SystemExit("bench.sharing: --hivemind runs arms without specialties")
+        raise SystemExit("bench.learning.sharing: --hivemind runs arms without specialties")
     sets = {"select.local_groups": i,
             "select.external_groups": j, "generation.prompts_per_round": g, "eval.every": job["rounds"],
             "checkpoint.every": 10**6, "torch_threads": 1, "swarm.wait_s": 0, **job["overrides"]}

@@ -91,10 +91,10 @@ Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of 
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
 
-    python -m bench.teacher --pairings same wide2spell spell2wide --seeds 0 1 2 3 4 5 6 7 --jobs 2
+    python -m bench.learning.teacher --pairings same wide2spell spell2wide --seeds 0 1 2 3 4 5 6 7 --jobs 2
 
-Runs are appended to bench/results/teacher.jsonl as they finish (an interrupted invocation resumes);
-the table goes to bench/results/teacher.json. The teachers are trained once, on first use, into
+Runs are appended to bench/results/learning/teacher.jsonl as they finish (an interrupted invocation resumes);
+the table goes to bench/results/learning/teacher.json. The teachers are trained once, on first use, into
 `$SWARM_CACHE_DIR/bench/teachers/` (≈ 2 minutes each).
 """
 
@@ -278,15 +278,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--measure", choices=["gain", "score_gain"], default="gain",
                     help="what the tables compare: held-out exact match (gain) or mean verifier score (score_gain: "
                     "SmolLM2 under partial credit, whose exact match stays 0)")
-    ap.add_argument("--report", action="store_true", help="only summarise bench/results/<name>.jsonl")
-    ap.add_argument("--name", default="teacher", help="results: bench/results/<name>.jsonl and <name>.json; a new "
+    ap.add_argument("--report", action="store_true", help="only summarise bench/results/learning/<name>.jsonl")
+    ap.add_argument("--name", default="teacher", help="results: bench/results/learning/<name>.jsonl and <name>.json; a new "
                     "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
     args = ap.parse_args(argv)
     sets = {}
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise SystemExit(f"bench.teacher: --set wants KEY=VALUE, not {item!r}")
+            raise SystemExit(f"bench.learning.teacher: --set wants KEY=VALUE, not {item!r}")
         sets[key] = parse_value(value)
     sink_path = RESULTS / f"{args.name}.jsonl"
     done = load_jsonl(sink_path)

@@ -1,5 +1,5 @@
 """What one hostile peer can make a node spend, measured over real hivemind peers on 127.0.0.1
-(docs/BENCHMARKS.md §15B; the attacks: bench/attacks.py; the bounds: docs/PROTOCOL.md §8).
+(docs/BENCHMARKS.md §15B; the attacks: bench/harness/attacks.py; the bounds: docs/PROTOCOL.md §8).
 
     memory   victims whose transports take what arrived every 0.1 s (a lab node's round) and every 30 s (a GPU
              node's round), each decoding under a receiver budget of --budget tokens per completion, while
@@ -12,9 +12,9 @@
              ten a second (H = 1, 2, 4; --share-s each): the honest peers' share of the victim's fetches.
              Goal: ≥ H / (H + 1) − 10 %.
 
-    python -m bench.exhaustion memory [--minutes 10] [--budget 256]
-    python -m bench.exhaustion shares [--share-s 60]
-Results: bench/results/exhaustion_<what>.json.
+    python -m bench.reliability.exhaustion memory [--minutes 10] [--budget 256]
+    python -m bench.reliability.exhaustion shares [--share-s 60]
+Results: bench/results/reliability/exhaustion_<what>.json.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ held-out prompts, per seed; paired by seed; 95 % t-intervals over ≥ 8 seeds):
                                 is below 1 nat (the hostile peer raises the prefix's probability by less
                                 than a factor e over 100 rounds), and Δ[its loss unfloored] − Δ[arm] > 0
                                 with an interval excluding 0
-  R3 honest sharing's gain      bench.sharing in the binary regime (examples/papers/sapo-binary.yaml,
+  R3 honest sharing's gain      bench.learning.sharing in the binary regime (examples/papers/sapo-binary.yaml,
      is unchanged               4 nodes, 30 rounds, tag _floor), paired by seed:
                                 C[f-tis+floor] − C[f-tis] has an interval that includes 0 and whose
                                 lower end is ≥ −0.01; likewise C[imit+floor] − C[imit], and
@@ -73,25 +73,25 @@ the context of the answer after them, and lab-spell ties its input and output em
 max_new_tokens (16 in the demo's config), and the injector keeps the tasks whose hostile rows fit (words
 of 3–4 letters, mostly).
 
-    python -m bench.injection --seeds 0 1 2 3 4 5 6 7 --jobs 2             # the six arms, 100 rounds
-    python -m bench.injection --seeds 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 --arms alone f-tis+floor \
+    python -m bench.reliability.injection --seeds 0 1 2 3 4 5 6 7 --jobs 2             # the six arms, 100 rounds
+    python -m bench.reliability.injection --seeds 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 --arms alone f-tis+floor \
         --tag _r2b                                                                          # R2b
-    python -m bench.sharing --arms C D --update "f-tis=loss={name: f-tis}" \
+    python -m bench.learning.sharing --arms C D --update "f-tis=loss={name: f-tis}" \
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2 --tag _floor                            # R3, binary
-    python -m bench.sharing --arms C --update "f-tis+floor=loss={name: f-tis};train.peer_token_floor=0.01" \
+    python -m bench.learning.sharing --arms C --update "f-tis+floor=loss={name: f-tis};train.peer_token_floor=0.01" \
         --update "imit=loss={name: f-tis};train.imitate=1" \
         --update "imit+floor=loss={name: f-tis};train.imitate=1;train.peer_token_floor=0.01" \
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2 --tag _floor
-    python -m bench.sharing --config examples/papers/sapo.yaml --arms C --set eval.samples=2 \
+    python -m bench.learning.sharing --config examples/papers/sapo.yaml --arms C --set eval.samples=2 \
         --update "f-tis=loss={name: f-tis}" --update "f-tis+floor=loss={name: f-tis};train.peer_token_floor=0.01" \
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2 --tag _floor_partial                    # R3, partial credit
 
 (A node alone, arm D, has no peers' rows for the floor or the imitation term to act on: D is the same
 run under all four updates, so it runs once.)
 
-What the floor would take from an honest peer of another model is measured by bench/plausibility.py.
+What the floor would take from an honest peer of another model is measured by bench/learning/plausibility.py.
 
-Runs are appended to bench/results/injection<tag>.jsonl as they finish (an interrupted invocation
+Runs are appended to bench/results/reliability/injection<tag>.jsonl as they finish (an interrupted invocation
 resumes); the table goes to injection<tag>.json and the curves to injection<tag>.png.
 """
 
@@ -273,7 +273,7 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def verdicts(diffs: list[dict]) -> list[str]:
-    """R1 and R2 of the module docstring (R3 is bench.sharing's, tag _floor)."""
+    """R1 and R2 of the module docstring (R3 is bench.learning.sharing's, tag _floor)."""
     get = {d["pair"]: d for d in diffs}
     out = []
     for loss in ("f-tis", "imit"):

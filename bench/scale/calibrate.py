@@ -1,9 +1,9 @@
 """The simulation's costs, taken from the real code and the real measurements (docs/BENCHMARKS.md §7).
 
-    sizes      one lab-round bundle (bench.gossip's records → swarm.receive.make_bundle), its announcement,
+    sizes      one lab-round bundle (bench.exchange.gossip's records → swarm.receive.make_bundle), its announcement,
                and the signed DHT entry that carries it (hivemind's RSASignatureValidator on a fresh key)
     overhead   the processing delay per RPC, fitted so that the simulated 4-peer "latency, push" run of
-               bench/gossip.py has the real run's publish → visible p50 (bench/results/gossip.json): two
+               bench/exchange/gossip.py has the real run's publish → visible p50 (bench/results/exchange/gossip.json): two
                runs (no overhead, 50 ms) and the straight line through them
     compare    every row of the real gossip benchmark re-run in the simulator on a loopback network
                (RTT 0.1–0.2 ms, 1 Gbit/s, no NAT, churn, skew or hostile peers) with the poll plan the
@@ -60,7 +60,7 @@ def fit_overhead(costs: Costs) -> tuple[float, dict]:
     """The per-RPC delay that makes the simulated 4-peer push run's p50 the real one's."""
     real = next((r for r in real_rows() if r["part"] == "latency, push" and r["peers"] == 4), None)
     if real is None:
-        return 0.0, {"note": "bench/results/gossip.json has no 4-peer push row: no overhead"}
+        return 0.0, {"note": "bench/results/exchange/gossip.json has no 4-peer push row: no overhead"}
     setting = loopback("fit", 4, budget=100_000, notify=8)
     p0 = simulate(setting, replace(costs, overhead_s=0.0))["p50_visible_s"]
     p1 = simulate(setting, replace(costs, overhead_s=PROBE_S))["p50_visible_s"]

@@ -17,10 +17,10 @@ bundles, and the DHT answers a peer sends as a key's replica), DHT requests, the
 fan-in selects, staleness at training (age, the publisher's policy versions since), publish → visible
 p50 / p95 (and its two parts: publish → chosen by the fan-in, chosen → delivered); per key holder:
 requests per second (the busiest, and the mean). The costs come from the real encoders and signer, the
-per-RPC delay is fitted to bench/gossip.py's real 4-peer run and every real gossip row is re-run here
+per-RPC delay is fitted to bench/exchange/gossip.py's real 4-peer run and every real gossip row is re-run here
 beside its real numbers (bench/scale/calibrate.py).
 
-    python -m bench.scale_sim [--peers 100 1000 10000] [--settings before after sized] [--observers 300]
+    python -m bench.scale.run [--peers 100 1000 10000] [--settings before after sized] [--observers 300]
 """
 
 from __future__ import annotations

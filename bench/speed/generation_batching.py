@@ -12,7 +12,7 @@ The one-sequence mode is slow, so by default it runs on the first `--sequential-
 only (a rate does not depend on how many prompts it is measured on; say so when quoting it).
 A warm-up call precedes the timings. Target: batched ≥ 4× one-at-a-time.
 
-    python -m bench.generation_batching [--models smollm2-135m lab-chain-sum] [--prompts 16]
+    python -m bench.speed.generation_batching [--models smollm2-135m lab-chain-sum] [--prompts 16]
                                         [--group-size 8] [--max-new-tokens 32] [--sequential-prompts 2]
 """
 

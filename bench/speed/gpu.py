@@ -34,9 +34,9 @@ The models are built in memory from a seed, offline:
                      (ids it does not know decode to nothing) — the logits cost what they really cost
   tiny               tiny-qwen2's body with the same 151,936-entry vocabulary (CPU; CI)
 
-    python -m bench.gpu                          # CUDA: qwen2-1.5b-random, 16 × 8 × 256 → bench/results/gpu.json
-    python -m bench.gpu --quick                  # 4 × 8 × 64 (make test-gpu)
-    python -m bench.gpu --device cpu --model tiny   # under a minute → bench/results/gpu_cpu.json
+    python -m bench.speed.gpu                          # CUDA: qwen2-1.5b-random, 16 × 8 × 256 → bench/results/speed/gpu.json
+    python -m bench.speed.gpu --quick                  # 4 × 8 × 64 (make test-gpu)
+    python -m bench.speed.gpu --device cpu --model tiny   # under a minute → bench/results/speed/gpu_cpu.json
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256 on CUDA, 64 --quick, 32 on a CPU")
     ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     ap.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak, for mfu")
-    ap.add_argument("--out", type=Path, default=None, help="default bench/results/gpu.json (gpu_cpu.json on a CPU)")
+    ap.add_argument("--out", type=Path, default=None, help="default bench/results/speed/gpu.json (gpu_cpu.json on a CPU)")
     args = ap.parse_args()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cpu = device.type == "cpu"
@@ -229,7 +229,7 @@ def main() -> None:
     scenarios = [s for s in args.scenarios if s != "vllm" or _vllm_imports()]
     rows = []
     for name in scenarios:
-        print(f"[bench.gpu] {name} …", flush=True)
+        print(f"[bench.speed.gpu] {name} …", flush=True)
         rows.append(run_scenario(name, args, device, tiny.tokenizer, tiny.model.config, prompts))
     ref = next((r["gen_tok_s"] for r in rows if r["name"] == "hf-generate"), None)
     for r in rows:
@@ -250,7 +250,7 @@ def _vllm_imports() -> bool:
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001
-        print(f"[bench.gpu] vllm skipped: it does not import ({type(exc).__name__})")
+        print(f"[bench.speed.gpu] vllm skipped: it does not import ({type(exc).__name__})")
         return False
     return True
 

@@ -9,8 +9,8 @@ both backends on the same weights, alternating backend by backend `--repeats` ti
                  (node.round.memory.measure: torch's allocation events; on a CPU through torch.profiler,
                  in a separate, untimed round)
 
-    python -m bench.hf_loop                                   # lab-spell 16 × 8 × 16, smollm2-135m 4 × 4 × 64
-    python -m bench.hf_loop --models smollm2-135m --shape 16x8 --max-new-tokens 32
+    python -m bench.speed.hf_loop                                   # lab-spell 16 × 8 × 16, smollm2-135m 4 × 4 × 64
+    python -m bench.speed.hf_loop --models smollm2-135m --shape 16x8 --max-new-tokens 32
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ completions; the table says whether they did (`same_samples`), since a different
 would change the generation time and not the overhead. Evaluation and checkpoints are off (they
 are periodic, optional work, not per-round overhead). Target: overhead < 10 %.
 
-    python -m bench.overhead [--model lab-chain-sum] [--rounds 5] [--prompts 16] [--group-size 8]
+    python -m bench.speed.overhead [--model lab-chain-sum] [--rounds 5] [--prompts 16] [--group-size 8]
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     spec = args.model if model_cached(args.model) else "tiny-qwen2"
-    cfg = parse_config(node_config(spec, args), "bench.overhead")
+    cfg = parse_config(node_config(spec, args), "bench.speed.overhead")
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ call is round_gen_s(per_prompt) − round_gen_s(batched). `sync_s` is one full w
 vLLM (write safetensors + in-place reload), paid once per `sync_every` optimizer steps.
 A warm-up call precedes the timings of each generator.
 
-    .venv-vllm/bin/python -m bench.vllm_vs_hf \\
+    .venv-vllm/bin/python -m bench.speed.vllm_vs_hf \\
         [--models tiny-qwen2 smollm2-135m] [--shapes 4x8 16x8] [--max-new-tokens 32]
 """
 

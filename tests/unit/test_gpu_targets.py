@@ -1,5 +1,5 @@
 """The GPU entry points on a machine without CUDA: `make test-gpu` stops at once with one line (exit 2), and
-`bench/gpu.py --device cpu --model tiny` runs every scenario it can and writes the results schema."""
+`bench/speed/gpu.py --device cpu --model tiny` runs every scenario it can and writes the results schema."""
 
 from __future__ import annotations
 

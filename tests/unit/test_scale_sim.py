@@ -1,4 +1,4 @@
-"""The scale simulation (bench/scale_sim.py): its accounting adds up, and it runs the project's own exchange code."""
+"""The scale simulation (bench/scale/run.py): its accounting adds up, and it runs the project's own exchange code."""
 
 from __future__ import annotations
 

@@ -15,16 +15,16 @@ node has finished a round the clock starts:
              lets run 10 % of each second (SIGSTOP / SIGCONT) once it has finished a round: a machine
              ≈ 10× slower that takes no more of the shared core than that (nice would not do: each process
              here is its own session, and the kernel's autogroups make nice moot across sessions).
-With --attackers the disturbed phase also has the exhaustion attackers of bench/soak_roles.py (a decode
+With --attackers the disturbed phase also has the exhaustion attackers of bench/reliability/soak/roles.py (a decode
 bomber, a relay pushing honest records under its own id ten times a second, a staller, a leech, a dialer
 with 32 ghosts naming a tarpit, an unsigned-entry flooder, a name bloater: docs/BENCHMARKS.md §15B), from
 a tenth to 95 % of it, on CPU core 1 — other machines, as attackers are. A node, the bootstrap or the
 garbage sender that exits on its own is restarted 10 s later, as a
 supervisor would; the report counts it. RSS (main process + DHT child + p2pd, from /proc, each part and the total) is
 sampled every 5 s; round times, starts and drops come from each node's metrics.jsonl; tracebacks are counted
-in every log (the report: bench/soak_report.py).
+in every log (the report: bench/reliability/soak/report.py).
 
-    python -m bench.soak [--minutes 60] [--out runs/soak] [--nodes 4] [--seed 0] [--attackers]
+    python -m bench.reliability.soak [--minutes 60] [--out runs/soak] [--nodes 4] [--seed 0] [--attackers]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ SWARM_ID = "soak"
 SAMPLE_S = 5.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat counts CPU time in these
 ATTACKERS = {"bomber": 2.0, "relay": 0.1, "staller": 30.0, "leech": 2.0, "dialer": 10.0, "flooder": 10.0,
-             "bloater": 5.0}  # bench/soak_roles.py role → its --period-s
+             "bloater": 5.0}  # bench/reliability/soak/roles.py role → its --period-s
 _MADDR = re.compile(r"^(/ip4/\S+/p2p/\S+)$", re.M)
 
 
@@ -243,7 +243,7 @@ def fmt_s(s: float) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     class OneLine(argparse.ArgumentParser):
         def error(self, message: str):
-            print(f"bench.soak: error: {message}", file=sys.stderr)
+            print(f"bench.reliability.soak: error: {message}", file=sys.stderr)
             raise SystemExit(2)
     ap = OneLine(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=60.0, help="length of the soak after start-up (default 60)")
@@ -252,7 +252,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--nodes", type=int, default=4, help="lab nodes (default 4; ≥ 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the kill draws")
     ap.add_argument("--out", default="runs/soak", help="logs, metrics, checkpoints (a previous soak's is replaced)")
-    ap.add_argument("--name", default="soak", help="results file bench/results/<name>.json")
+    ap.add_argument("--name", default="soak", help="results file bench/results/reliability/<name>.json")
     ap.add_argument("--attackers", action="store_true", help="the exhaustion attackers join the disturbed phase")
     args = ap.parse_args(argv)
     if not 2 <= args.minutes <= 24 * 60:
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / "soak.marker").write_text("bench/soak.py\n")
+    (out / "soak.marker").write_text("bench/reliability/soak/__main__.py\n")
     cli = [sys.executable, "-m", "node.cli"]
     port = free_port()
     boot = Role("bootstrap", cli + ["bootstrap", "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}", "--identity",
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
            "restarts": restarts, "lives": {n: r.lives for n, r in roles.items()},
            "log_sizes_at_disturbed": log_sizes_at_disturbed or {}, "maddr": maddr, "nodes": names[:-1],
            "attackers": sorted(ATTACKERS) if args.attackers else []}
-    (out / "run.json").write_text(json.dumps({"args": vars(args), "run": run}))  # python -m bench.soak_report OUT
+    (out / "run.json").write_text(json.dumps({"args": vars(args), "run": run}))  # python -m bench.reliability.soak.report OUT
     report(out, args, run)
 
 

@@ -1,4 +1,4 @@
-"""The report of bench/soak.py: everything computed from the run's directory (metrics.jsonl, rss.jsonl, logs).
+"""The report of bench/reliability/soak/__main__.py: everything computed from the run's directory (metrics.jsonl, rss.jsonl, logs).
 
 Per node and phase: round time p50/p95, rounds, peers' groups trained on, drops by reason, what the transport
 refused (streams, repeat serves, dials), RSS slope

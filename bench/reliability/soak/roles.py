@@ -1,6 +1,6 @@
-"""The hostile peers of bench/soak.py, each a real hivemind peer on 127.0.0.1 (the attacks: bench/attacks.py).
+"""The hostile peers of bench/reliability/soak/__main__.py, each a real hivemind peer on 127.0.0.1 (the attacks: bench/harness/attacks.py).
 
-    python -m bench.soak_roles ROLE --initial-peer MADDR --swarm-id ID [--period-s 5]
+    python -m bench.reliability.soak.roles ROLE --initial-peer MADDR --swarm-id ID [--period-s 5]
 
 ghost    a throwaway identity announces one bundle and leaves at once: its announcement stays in the DHT
          (for swarm.max_age_s) and every fetch of it fails.

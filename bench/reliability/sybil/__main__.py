@@ -21,9 +21,9 @@ the established honest peers alone (the victim learns whose records it uses); th
 start and one more honest peer joins (a newcomer under the flood: when is it first fetched?), and
 the --windows measured windows follow.
 
-    python -m bench.sybil [--sybils 1000] [--honest 10] [--windows 6] [--warmup 2]
+    python -m bench.reliability.sybil [--sybils 1000] [--honest 10] [--windows 6] [--warmup 2]
 
-The processes are bench/sybil_roles.py.
+The processes are bench/reliability/sybil/roles.py.
 
 Keys of the throwaway identities are cached in $SWARM_CACHE_DIR/bench/sybil-keys.bin (≈ 40 ms each
 to generate, 2 min for 1000 on this machine the first time).

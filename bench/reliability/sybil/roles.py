@@ -1,7 +1,7 @@
-"""The processes of bench/sybil.py (its docstring says what each does): the honest peers, the throwaway
+"""The processes of bench/reliability/sybil/__main__.py (its docstring says what each does): the honest peers, the throwaway
 identities, and the victim.
 
-    python -m bench.sybil_roles honest|sybils|victim --initial-peer MADDR --swarm-id ID [...]
+    python -m bench.reliability.sybil.roles honest|sybils|victim --initial-peer MADDR --swarm-id ID [...]
 
 Each prints one JSON line {"ready": ...} once started, then takes words on stdin: "go" (start), "late"
 (the held-back honest peer joins), "stop". The victim prints one JSON line per measured window.
@@ -227,7 +227,7 @@ def victim(args) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="one process of bench/sybil.py")
+    ap = argparse.ArgumentParser(description="one process of bench/reliability/sybil/__main__.py")
     ap.add_argument("role", choices=["honest", "sybils", "victim"])
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--late", type=int, default=0)
