@@ -5,6 +5,9 @@ seeds and of a paired difference.
     interval(xs)       (mean, half-width of the 95 % t-interval); half-width 0 for a single value
     summary(xs)        {n, mean, sd, ci95: [lo, hi], min} (n and mean only for a single value)
     paired(a, b)       interval of a[i] − b[i]: two arms' values paired by seed
+    fields(rows, fs)   {f: mean, f_ci: half-width} over the rows that have f (one row per seed)
+    paired_fields      {f, f_ci, f_positive} of arm a − arm b, by seed, per field; None under `least` seeds
+    mean_of(xs)        the mean of the values that are not None (None when there are none)
 """
 
 from __future__ import annotations
@@ -45,3 +48,34 @@ def summary(values: list[float]) -> dict:
 def paired(a: list[float], b: list[float]) -> tuple[float, float]:
     """(mean, half-width) of the differences a[i] − b[i] (the same seed in both arms)."""
     return interval([x - y for x, y in zip(a, b)])
+
+
+def mean_of(xs) -> float | None:
+    """The mean of the values that are not None; None when there are none."""
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def fields(rows, names) -> dict:
+    """{f: mean, f + "_ci": half-width} of each field over the rows where it is set (fields set in none: left out)."""
+    out = {}
+    for f in names:
+        xs = [r[f] for r in rows if r.get(f) is not None]
+        if xs:
+            out[f], out[f + "_ci"] = interval(xs)
+    return out
+
+
+def paired_fields(a: dict, b: dict, names, least: int = 2) -> dict | None:
+    """Arm a − arm b, each {seed: row}, paired by seed: {"seeds", f, f_ci, f_positive} for each field set in both
+    rows of at least two seeds; None when fewer than `least` seeds are in both arms."""
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < least:
+        return None
+    d = {"seeds": len(seeds)}
+    for f in names:
+        xs = [a[s][f] - b[s][f] for s in seeds if a[s].get(f) is not None and b[s].get(f) is not None]
+        if len(xs) >= 2:
+            d[f], d[f + "_ci"] = interval(xs)
+            d[f + "_positive"] = sum(x > 0 for x in xs)
+    return d

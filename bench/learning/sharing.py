@@ -58,7 +58,7 @@ import time
 from bench.harness.options import parse_value
 from bench.harness.output import load_jsonl, results_dir, table, write_json
 from bench.harness.pool import run_jobs
-from bench.harness.stats import interval
+from bench.harness.stats import fields, mean_of, paired_fields
 
 RESULTS = results_dir("learning")
 
@@ -136,7 +136,7 @@ def run_one(job: dict) -> dict:
         informative_received=(sum(run["groups_received_informative"]) / sum(run["groups_received"])
                               if sum(run["groups_received"]) else None),
         external_groups=statistics.fmean(run["external_groups"]),
-        external_weight=_mean(run["external_weight"]),
+        external_weight=mean_of(run["external_weight"]),
         s_per_node_round=statistics.fmean(run["round_s"]) / job["rounds"],
         seconds=round(seconds, 1), before=run["before"], after=run["after"],
         before_by_task=run["before_by_task"], after_by_task=run["after_by_task"],
@@ -191,11 +191,6 @@ def run_hivemind(job: dict) -> dict:
     return out
 
 
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.fmean(xs) if xs else None
-
-
 def _config_reward(config: str) -> str:
     from node.config import load_config
 
@@ -214,16 +209,8 @@ FIELDS = ["gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_g
 
 def paired(a: dict[int, dict], b: dict[int, dict], label: dict) -> dict | None:
     """Differences a − b paired by seed (gain, hard-band gain, cumulative reward), or None with < 2 seeds."""
-    seeds = sorted(set(a) & set(b))
-    if len(seeds) < 2:
-        return None
-    d = {**label, "seeds": len(seeds)}
-    for f in ("gain", "gain_hard", "cum_reward", "cum_above_floor"):
-        xs = [a[s][f] - b[s][f] for s in seeds if a[s].get(f) is not None and b[s].get(f) is not None]
-        if len(xs) >= 2:
-            d[f], d[f + "_ci"] = interval(xs)
-            d[f + "_positive"] = sum(x > 0 for x in xs)
-    return d
+    d = paired_fields(a, b, ("gain", "gain_hard", "cum_reward", "cum_above_floor"))
+    return None if d is None else {**label, **d}
 
 
 def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], list[dict]]:
@@ -239,11 +226,7 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
     for (update, arm, nodes), rs in cells.items():
         row = {"update": update, "arm": arm, "nodes": nodes, "seeds": len(rs),
                "worst_node_gain": min(g for r in rs for g in r["node_gains"])}
-        for f in FIELDS:
-            xs = [r[f] for r in rs if r.get(f) is not None]
-            if xs:
-                row[f], row[f + "_ci"] = interval(xs)
-        rows.append(row)
+        rows.append({**row, **fields(rs, FIELDS)})
     diffs = []
     for update in dict.fromkeys(r["update"] for r in runs):
         for nodes in sorted({r["nodes"] for r in runs}):

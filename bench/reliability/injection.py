@@ -106,7 +106,7 @@ import time
 from bench.harness.options import parse_value
 from bench.harness.output import load_jsonl, results_dir, table, write_json
 from bench.harness.pool import run_jobs
-from bench.harness.stats import interval
+from bench.harness.stats import fields, paired_fields
 
 RESULTS = results_dir("reliability")
 
@@ -249,26 +249,15 @@ def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         by.setdefault(r["arm"], {})[r["seed"]] = r
     rows = []
     for arm, rs in by.items():
-        row = {"arm": arm, "seeds": len(rs)}
-        for f in ("logp_before", "logp_after", "delta", "prob_after", "first_token_after",
-"heldout_gain", "external_groups",
-                  "floored_share", "seconds"):
-            xs = [r[f] for r in rs.values() if r.get(f) is not None]
-            if xs:
-                row[f], row[f + "_ci"] = interval(xs)
-        rows.append(row)
+        rows.append({"arm": arm, "seeds": len(rs), **fields(rs.values(), (
+            "logp_before", "logp_after", "delta", "prob_after", "first_token_after", "heldout_gain", "external_groups",
+            "floored_share", "seconds"))})
     diffs = []
     for a, b in [("f-tis", "alone"), ("imit", "alone"), ("f-tis+floor", "alone"), ("f-tis+floortok", "alone"),
-                 ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"),
-("imit", "imit+floor")]:
-        seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
-        if len(seeds) >= 2:
-            d = {"pair": f"{a} − {b}", "seeds": len(seeds)}
-            for f in ("delta", "heldout_gain"):
-                xs = [by[a][s][f] - by[b][s][f] for s in seeds]
-                d[f], d[f + "_ci"] = interval(xs)
-                d[f + "_positive"] = sum(x > 0 for x in xs)
-            diffs.append(d)
+                 ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"), ("imit", "imit+floor")]:
+        d = paired_fields(by.get(a, {}), by.get(b, {}), ("delta", "heldout_gain"))
+        if d is not None:
+            diffs.append({"pair": f"{a} − {b}", **d})
     return rows, diffs
 
 
