@@ -1,5 +1,5 @@
 """Where a bench's numbers go: its family's results folder, the JSON file with the machine it ran on,
-the text table it prints, and the JSONL of a resumable run.
+the text table it prints, the JSONL of a resumable run, and its figures.
 
 Every bench script prints its numbers side by side in one run and writes them to
 `bench/results/<family>/<name>.json`; nothing here times anything or asserts a target.
@@ -58,3 +58,23 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
     """The runs a resumable bench appended to `path` so far (none when it does not exist)."""
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (a bench draws to files, never to a screen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> Path:
+    """Write `fig` to `path` (its folder made if needed) and close it."""
+    import matplotlib.pyplot as plt
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path)

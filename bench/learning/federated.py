@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench.harness.models import model_cached
-from bench.harness.output import results_dir, table, write_json
+from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from node.metrics import read_metrics
 
 RESULTS = results_dir("learning")
@@ -81,10 +81,7 @@ def summarize(out: Path, nodes: list[str], n: int) -> dict:
 
 
 def plot(results: dict, path: Path, args) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for (name, res), style in zip(results.items(), ("-", "--")):
@@ -101,7 +98,7 @@ def plot(results: dict, path: Path, args) -> None:
     fig.suptitle(f"{args.nodes} clients, {args.model} + LoRA, Dirichlet α={args.alpha}, τ={args.tau}, "
                  f"τ_swap={args.tau_swap}, {args.rounds} rounds")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

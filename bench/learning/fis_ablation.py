@@ -45,7 +45,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from bench.harness.models import set_threads, task_source  # noqa: E402
-from bench.harness.output import results_dir, table, write_json  # noqa: E402
+from bench.harness.output import results_dir, save_figure, table, write_json  # noqa: E402
 from bench.harness.stats import interval  # noqa: E402
 from losses import build_loss  # noqa: E402
 from node.generation.config import GenerationConfig  # noqa: E402
@@ -208,8 +208,7 @@ def plot(stab: dict, points: list[dict], path) -> None:
                 ylabel="variance (floored at 1e-6)", yscale="log")
     axes[2].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def combine(tags: list[str]) -> None:
@@ -249,8 +248,7 @@ def combine(tags: list[str]) -> None:
            ylabel="accuracy end − start (mean, 95 % CI)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "fis_ablation_a.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, RESULTS / "fis_ablation_a.png", dpi=110)
     print(f"\nwrote {path} and {RESULTS / 'fis_ablation_a.png'}")
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.harness.output import results_dir, table, write_json
+from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
 
@@ -72,10 +72,7 @@ def configs(pair: dict, tmp: Path, loss: str) -> list[str]:
 
 
 def plot(rows: list[dict], models: tuple[str, str], path: Path, key: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     losses = list(dict.fromkeys(r["loss"] for r in rows))
@@ -89,8 +86,7 @@ def plot(rows: list[dict], models: tuple[str, str], path: Path, key: str) -> Non
     ax.set(title=f"held-out {what} gain in the pair − gain alone (95 % CI over seeds)", ylabel=f"Δ {what}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

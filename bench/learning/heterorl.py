@@ -41,7 +41,7 @@ import time
 import torch
 
 from bench.harness.options import parse_value
-from bench.harness.output import results_dir, table, write_json
+from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from losses.base import behaviour_view, masked_stats, row_mean, safe_exp
 from losses.gepo import gepo_log_weight
@@ -171,10 +171,7 @@ def summarise(run: dict) -> dict:
 
 
 def plot(results: list[dict], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = [("eval_after", "held-out accuracy after the run"), ("reward_last_q", "reward, last quarter"),
               ("is_var", "trained loss's IS-weight variance"), ("grad_norm", "grad norm (mean over steps)"),
@@ -191,8 +188,7 @@ def plot(results: list[dict], path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,7 +33,7 @@ import statistics
 import time
 
 from bench.harness.options import parse_value
-from bench.harness.output import results_dir, table, write_json
+from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
 from node.progress import Progress
@@ -42,10 +42,7 @@ RESULTS = results_dir("learning")
 
 
 def plot(results: list[dict], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     updates = list(dict.fromkeys(r["update"] for r in results))
     fig, axes = plt.subplots(1, 1 + len(updates), figsize=(5 * (1 + len(updates)), 4))
@@ -66,7 +63,7 @@ def plot(results: list[dict], path) -> None:
     ax.set_xticks(range(len(results)), labels, fontsize=7)
     ax.set_title("held-out gain (mean of nodes, 95 % CI over seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

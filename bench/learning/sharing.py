@@ -56,7 +56,14 @@ import sys
 import time
 
 from bench.harness.options import parse_value
-from bench.harness.output import load_jsonl, results_dir, table, write_json
+from bench.harness.output import (
+    load_jsonl,
+    pyplot,
+    results_dir,
+    save_figure,
+    table,
+    write_json,
+)
 from bench.harness.pool import run_jobs
 from bench.harness.stats import fields, mean_of, paired_fields
 
@@ -271,10 +278,7 @@ def verdicts(diffs: list[dict]) -> list[str]:
 
 
 def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     updates = list(dict.fromkeys(r["update"] for r in runs))
     sizes = sorted({r["nodes"] for r in runs})
@@ -304,7 +308,7 @@ def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
     ax.set_xticks(range(len(shown)), [f"{d['pair']}\n{d['update']}" for d in shown], fontsize=7)
     ax.set_title("held-out gain, paired difference (95 % CI)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

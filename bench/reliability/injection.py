@@ -104,7 +104,14 @@ import tempfile
 import time
 
 from bench.harness.options import parse_value
-from bench.harness.output import load_jsonl, results_dir, table, write_json
+from bench.harness.output import (
+    load_jsonl,
+    pyplot,
+    results_dir,
+    save_figure,
+    table,
+    write_json,
+)
 from bench.harness.pool import run_jobs
 from bench.harness.stats import fields, paired_fields
 
@@ -283,10 +290,7 @@ def verdicts(diffs: list[dict]) -> list[str]:
 
 def plot(runs: list[dict], path) -> None:
     """The prefix's mean log-prob against rounds, one line per arm (mean over seeds, the seeds' range shaded)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for arm in dict.fromkeys(r["arm"] for r in runs):
@@ -301,7 +305,7 @@ def plot(runs: list[dict], path) -> None:
     ax.set_title(f"injected prefix {runs[0]['prefix']!r} in the receiver")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:
