@@ -1,7 +1,7 @@
 """Bytes on the wire per generated token, for real rollouts of built-in models (target: ≤ 4 B/token).
 
 For each model: a solo node samples B chain_sum prompts × G completions with its HF generator,
-verifies them and turns them into wire records (node.records.to_records) exactly as a round does;
+verifies them and turns them into wire records (node.round.records.to_records) exactly as a round does;
 the round's records are encoded as one bundle (protocols.codec.encode_bundle) with float16 and
 float32 logprobs. Printed side by side:
 

@@ -1,7 +1,7 @@
 """Counters inside real hivemind DHT processes and timers around the transport's DHT reads.
 
-For bench/exchange/gossip.py's workers (and so bench/exchange/capacity.py): `install()` wraps hivemind's
-`DHTProtocol.rpc_find` / `rpc_store` at class level before any DHT starts; hivemind's DHT is a
+For the workers of bench/harness/peers.py (bench/exchange/gossip.py, bench/exchange/capacity.py): `install()`
+wraps hivemind's `DHTProtocol.rpc_find` / `rpc_store` at class level before any DHT starts; hivemind's DHT is a
 fork of the process that starts it, so every DHT child then counts what it serves, in its own memory:
 requests, keys asked and response bytes (the protobuf payload, without libp2p's framing).
 `served(dht)` reads one child's counters. `time_reads(transport, log)` times each poll read of the

@@ -1,6 +1,6 @@
 """Tokens/s of the HF generator: one batched call vs one prompt at a time vs one sequence at a time.
 
-The same B chain_sum prompts, G completions each, through node.generation.HFGenerator:
+The same B chain_sum prompts, G completions each, through node.generation.hf.HFGenerator:
 
   batched        generate(all B prompts, n=G): B·G sequences in one `generate` call (docs/ARCHITECTURE.md §2 step 2)
   per_prompt     generate([p], n=G) for each prompt: G sequences per call
