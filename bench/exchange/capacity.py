@@ -3,8 +3,8 @@
 Each peer is a full transport (its own p2p daemon and hivemind DHT process, one bootstrap for all) that
 behaves like a node without a model, exactly as in bench/exchange/gossip.py (the same workers,
 bench.harness.peers.run_level, `per_process` peers per process): every `period` seconds it publishes one
-lab-round bundle (8 groups × 8 completions × 24 tokens, ≈ 8.9 kB) and takes what arrived, with the default fan-in budget (16 bundles per 10 s window)
-and pushes to 8 recently seen peers.
+lab-round bundle (8 groups × 8 completions × 24 tokens, ≈ 8.9 kB) and takes what arrived, with the default
+fan-in budget (16 bundles per 10 s window) and pushes to 8 recently seen peers.
 
     delivery   bundles delivered / (delivered + fetches that failed: fetch_failed, fetch_timeout,
                digest_mismatch), over every peer: the share of what fan-in selected that arrived
