@@ -16,6 +16,6 @@ def parse_value(text: str):
     return value
 
 
-def parse_sets(sets: list[str]) -> dict:
-    """`--set` arguments (KEY=VALUE each) as one overrides dict."""
+def parse_sets(sets) -> dict:
+    """KEY=VALUE strings (`--set` arguments, an update's K=V list) as one overrides dict."""
     return {k: parse_value(v) for k, _, v in (s.partition("=") for s in sets)}

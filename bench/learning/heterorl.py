@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from bench.harness.options import parse_value
+from bench.harness.options import parse_sets
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from losses.base import behaviour_view, masked_stats, row_mean, safe_exp
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every node")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
-    common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
+    common = parse_sets(args.set)
     common["generation.prompts_per_round"] = args.prompts
     common["ingest.delay.kind"] = "none"  # delay is simulated in steps here (module docstring)
     random.seed(0)

@@ -32,7 +32,7 @@ import json
 import statistics
 import time
 
-from bench.harness.options import parse_value
+from bench.harness.options import parse_sets
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.combine:
         return combine(args.combine, args.tag)
-    common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
+    common = parse_sets(args.set)
     updates = {}
     for item in args.update or ["sapo="]:
         name, _, rest = item.partition("=")
-        updates[name] = {k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}
+        updates[name] = parse_sets(kv for kv in rest.split(";") if kv)
     results = []
     bar = Progress("bench.learning.sapo", total=len(updates) * len(args.splits) * len(args.seeds), unit="runs",
                    every_s=0)  # k/N, ETA on stderr

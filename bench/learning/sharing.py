@@ -55,7 +55,7 @@ import statistics
 import sys
 import time
 
-from bench.harness.options import parse_value
+from bench.harness.options import parse_sets
 from bench.harness.output import (
     load_jsonl,
     pyplot,
@@ -329,11 +329,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
     args = ap.parse_args(argv)
     arms = dict(parse_arm(a) for a in (args.arms or (["C"] if args.sizes else list(ARMS))))
-    common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
+    common = parse_sets(args.set)
     updates = {}
     for item in args.update or DEFAULT_UPDATES:
         name, _, rest = item.partition("=")
-        updates[name] = {**common, **{k: parse_value(v) for k, _, v in (kv.partition("=") for kv in rest.split(";") if kv)}}
+        updates[name] = {**common, **parse_sets(kv for kv in rest.split(";") if kv)}
     runs = load_jsonl(RESULTS / f"sharing{args.tag}.jsonl")
     if not args.report:
         done = {(r["update"], r["arm"], r["nodes"], r["seed"], r["rounds"]) for r in runs}

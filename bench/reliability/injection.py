@@ -103,7 +103,7 @@ import statistics
 import tempfile
 import time
 
-from bench.harness.options import parse_value
+from bench.harness.options import parse_sets
 from bench.harness.output import (
     load_jsonl,
     pyplot,
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tag", default="")
     ap.add_argument("--report", action="store_true", help="no runs: the table from the tag's runs file")
     args = ap.parse_args(argv)
-    common = {k: parse_value(v) for k, _, v in (s.partition("=") for s in args.set)}
+    common = parse_sets(args.set)
     runs = load_jsonl(RESULTS / f"injection{args.tag}.jsonl")
     if not args.report:
         done = {(r["arm"], r["seed"], r["rounds"], r["prefix"]) for r in runs}
