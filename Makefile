@@ -66,14 +66,14 @@ test-compose: setup
 	SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
 
 # On a CUDA machine, in the Python environment that has the project and a CUDA torch (GPU_PY; no setup,
-# no network): every test marked gpu (tests/gpu), a 2-node lab swarm on the one GPU, `bench/gpu.py --quick`.
+# no network): every test marked gpu (tests/gpu), a 2-node lab swarm on the one GPU, `bench/speed/gpu.py --quick`.
 # Without a CUDA GPU it stops at once with one line and exit status 2 (nothing ran, so nothing passed).
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
 test-gpu:
 	$(if $(filter 1,$(shell $(GPU_PY) -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)),,\
 	  $(error test-gpu: no CUDA GPU visible to torch in $(GPU_PY); nothing was run))
 	SWARM_REQUIRE_GPU=1 $(GPU_PY) -m pytest tests/gpu -m gpu $(PYTEST_ARGS)
-	$(GPU_PY) -m bench.gpu --quick
+	$(GPU_PY) -m bench.speed.gpu --quick
 
 # vLLM on CPU for real: SWARM_REQUIRE_VLLM turns a missing vllm into a failure, not a skip
 test-vllm: vllm-setup

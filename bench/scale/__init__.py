@@ -1,7 +1,11 @@
-"""The exchange simulated at 100 / 1,000 / 10,000 peers (`bench/scale_sim.py`, docs/BENCHMARKS.md §16).
+"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16;
+results in bench/results/scale/).
 
-    model.py   the modelled world: settings, peers (RTT, upload, NAT, sessions, clock skew, hostile),
-               the DHT (who holds a key, what a read returns), costs measured from the real code
-    sim.py     the discrete-event loop that drives the project's own exchange code over that world
-    report.py  per-peer / per-holder accounting → one result row per setting, and the figure
+    run.py         the front door: the settings, the goals, the table and the figure
+    model.py       the modelled world: settings, peers (RTT, upload, NAT, sessions, clock skew, hostile),
+                   the DHT (who holds a key, what a read returns), costs measured from the real code
+    sim.py         the discrete-event loop that drives the project's own exchange code over that world
+    calibrate.py   the costs measured from the real code, and the simulation compared with bench/results/exchange/gossip.json
+    report.py      per-peer / per-holder accounting → one result row per setting, and the figure
+    legacy.py      the poll plan as it was before reads were paced, for the "before" rows
 """

@@ -1,9 +1,9 @@
 """The simulation's costs, taken from the real code and the real measurements (docs/BENCHMARKS.md §7).
 
-    sizes      one lab-round bundle (bench.gossip's records → swarm.receive.make_bundle), its announcement,
+    sizes      one lab-round bundle (bench.exchange.gossip's records → swarm.receive.make_bundle), its announcement,
                and the signed DHT entry that carries it (hivemind's RSASignatureValidator on a fresh key)
     overhead   the processing delay per RPC, fitted so that the simulated 4-peer "latency, push" run of
-               bench/gossip.py has the real run's publish → visible p50 (bench/results/gossip.json): two
+               bench/exchange/gossip.py has the real run's publish → visible p50 (bench/results/exchange/gossip.json): two
                runs (no overhead, 50 ms) and the straight line through them
     compare    every row of the real gossip benchmark re-run in the simulator on a loopback network
                (RTT 0.1–0.2 ms, 1 Gbit/s, no NAT, churn, skew or hostile peers) with the poll plan the
@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
-from pathlib import Path
 
+from bench.harness.output import results_dir
 from bench.scale.model import Costs, Setting
 from bench.scale.sim import T0, simulate
 from protocols.keys import rollouts_key
 
-GOSSIP = Path(__file__).resolve().parents[1] / "results" / "gossip.json"
+GOSSIP = results_dir("exchange") / "gossip.json"
 PROBE_S = 0.05  # the second overhead tried by the fit
 
 
@@ -31,7 +31,7 @@ def measure_costs(groups: int = 8) -> Costs:
     from hivemind.dht.validation import DHTRecord
     from hivemind.utils.serializer import MSGPackSerializer
 
-    from bench.gossip import synthetic_records
+    from bench.harness.peers import synthetic_records
     from swarm.receive import make_bundle
 
     peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -60,7 +60,7 @@ def fit_overhead(costs: Costs) -> tuple[float, dict]:
     """The per-RPC delay that makes the simulated 4-peer push run's p50 the real one's."""
     real = next((r for r in real_rows() if r["part"] == "latency, push" and r["peers"] == 4), None)
     if real is None:
-        return 0.0, {"note": "bench/results/gossip.json has no 4-peer push row: no overhead"}
+        return 0.0, {"note": "bench/results/exchange/gossip.json has no 4-peer push row: no overhead"}
     setting = loopback("fit", 4, budget=100_000, notify=8)
     p0 = simulate(setting, replace(costs, overhead_s=0.0))["p50_visible_s"]
     p1 = simulate(setting, replace(costs, overhead_s=PROBE_S))["p50_visible_s"]

@@ -1,5 +1,5 @@
 """The poll plan of swarm/polling.py as it was before reads were paced (commit 1214f87), kept verbatim for the "before" rows of
-bench/scale_sim.py: a key that held more than `max_entries_per_key` entries at its last read is read every
+bench/scale/run.py: a key that held more than `max_entries_per_key` entries at its last read is read every
 ⌈entries / max_entries_per_key⌉-th tick, at most every MAX_STRIDE-th; a new window's key is read at once.
 Nothing in the swarm uses it."""
 

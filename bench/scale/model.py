@@ -194,7 +194,7 @@ class DHTModel:
 
 @dataclass
 class Costs:
-    """Sizes measured by running the project's own encoders once (bench.scale.sim.measure_costs)."""
+    """Sizes measured by running the project's own encoders once (bench.scale.calibrate.measure_costs)."""
 
     bundle_bytes: int  # one bundle of `groups` lab-round groups (protocols.codec.encode_bundle)
     announcement_bytes: int  # one announcement value (protocols.codec.encode_announcement)

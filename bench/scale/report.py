@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from bench.harness.output import pyplot, save_figure
+
 
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
@@ -181,10 +183,7 @@ class Tally:
 
 def figure(rows: list[dict], path) -> None:
     """Per-peer bytes up/down per round and publish → visible p95 against N, one line per setting family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fams = sorted({r["name"] for r in rows if r["peers"] >= 100})
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -207,4 +206,4 @@ def figure(rows: list[dict], path) -> None:
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)

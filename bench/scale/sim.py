@@ -31,8 +31,17 @@ import heapq
 import random
 from collections import Counter, OrderedDict, deque
 
-from bench.scale.model import CONNECT_RTTS, DIAL_FAIL_S, RPC_CAP, Costs, DHTModel, Setting, dht_hops, make_world
 from bench.scale.legacy import StridePollPlan
+from bench.scale.model import (
+    CONNECT_RTTS,
+    DIAL_FAIL_S,
+    RPC_CAP,
+    Costs,
+    DHTModel,
+    Setting,
+    dht_hops,
+    make_world,
+)
 from bench.scale.report import Tally
 from protocols.announce import encode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of

@@ -65,7 +65,7 @@ class TrainConfig(PlacementConfig):
         "start of the step, at the sampling temperature) is below p gets no gradient, nor (peer_floor_span: rest) "
         "does any later token of its row, in the loss and in the imitation term; our own rows are untouched. Stops "
         "a peer teaching text of its choosing placed before a correct answer (docs/BENCHMARKS.md §15C: 0.01 on "
-        "lab-spell); what it takes from honest peers depends on the model (bench/plausibility.py: 3–7 % of "
+        "lab-spell); what it takes from honest peers depends on the model (bench/learning/plausibility.py: 3–7 % of "
         "lab-spell's above-mean tokens at 0.01, 62 % of SmolLM2-135M's at T 1). losses/peer_floor.py; this "
         "project's own departure from F-TIS and SAPO. 0 = off, the default: with 0.01, honest sharing's gain in the "
         "binary regime moved −0.005 ± 0.008, missing the rule fixed before the runs (lower end ≥ −0.01).")

@@ -22,7 +22,7 @@ import time
 import pytest
 from hivemind import DHT
 
-from bench.attacks import Ghosts, announcement, flood_unsigned
+from bench.harness.attacks import Ghosts, announcement, flood_unsigned
 from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle
 from protocols.keys import window_of

@@ -21,9 +21,22 @@ from collections import Counter
 import psutil
 import pytest
 
-from bench.attacks import bomb_bundle, offer, publish_raw, publish_records, refetch, slow_offer
+from bench.harness.attacks import (
+    bomb_bundle,
+    offer,
+    publish_raw,
+    publish_records,
+    refetch,
+    slow_offer,
+)
 from protocols.codec import encode_bundle
-from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+from protocols.records import (
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.bootstrap import start_bootstrap
 from swarm.hivemind_transport import HivemindTransport
 from swarm.receive import Delivery, decoded_bytes

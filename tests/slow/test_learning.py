@@ -3,7 +3,7 @@ frozen policy on the same task stream does not.
 
 One node of examples/lab-solo.yaml (`lab-spell`, spell_backward with 3–6 letters; GRPO token-mean,
 B = 8 prompts × G = 8, lr 1e-4) runs its 40 rounds twice on one torch thread through the project's
-own round code (bench/learning_margin.py):
+own round code (bench/learning/learning_margin.py):
 
   trained   the example as written
   frozen    train.lr = 0: the same seed, task stream, held-out items and sampling; weights never move
@@ -13,7 +13,7 @@ after − before, so gain = mean change and its standard error is over items. Th
 trained gain minus the frozen gain (`effect`) clears MARGIN, and that the trained gain alone is more
 than 3 standard errors. With training disabled the effect is ≈ 0 and the test fails.
 
-MARGIN is sized on 8 seeds (`python -m bench.learning_margin 0 1 2 3 4 5 6 7`, 2 CPU cores,
+MARGIN is sized on 8 seeds (`python -m bench.learning.learning_margin 0 1 2 3 4 5 6 7`, 2 CPU cores,
 ≈ 65 s per seed; a run is deterministic on one thread, so CI reproduces seed 0's digits):
 
   seed            0      1      2      3      4      5      6      7
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.learning_margin import measure
+from bench.learning.learning_margin import measure
 
 pytestmark = pytest.mark.slow
 

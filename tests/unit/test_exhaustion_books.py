@@ -11,10 +11,16 @@ from collections import Counter
 
 import pytest
 
-from bench.attacks import bomb_bundle
+from bench.harness.attacks import bomb_bundle
 from protocols.codec import MAX_NAME_CHARS, RecordError, decode_bundle, encode_bundle
 from protocols.keys import rollouts_key, window_of
-from protocols.records import Completion, ModelInfo, RolloutRecord, SamplingInfo, TaskRef
+from protocols.records import (
+    Completion,
+    ModelInfo,
+    RolloutRecord,
+    SamplingInfo,
+    TaskRef,
+)
 from swarm.admission import Admission, ServedBook
 from swarm.dht import OwnedEntriesValidator, read_keys
 from swarm.dial import BURST, DialPolicy

@@ -1,5 +1,5 @@
 """The GPU entry points on a machine without CUDA: `make test-gpu` stops at once with one line (exit 2), and
-`bench/gpu.py --device cpu --model tiny` runs every scenario it can and writes the results schema."""
+`bench/speed/gpu.py --device cpu --model tiny` runs every scenario it can and writes the results schema."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_make_test_gpu_stops_with_one_line_without_cuda():
 
 def test_bench_gpu_on_cpu_writes_the_schema(tmp_path):
     out = tmp_path / "gpu_cpu.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu", "--device", "cpu", "--model", "tiny", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "bench.speed.gpu", "--device", "cpu", "--model", "tiny", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -85,10 +85,12 @@ def resolves(dotted: str) -> bool:
 
 
 def written_by_a_bench(path: str) -> bool:
-    """bench/results/NAME.json that a bench script writes (a result not measured here yet, e.g. a GPU run)."""
-    m = re.fullmatch(r"bench/results/([\w.-]+)\.json", path)
-    return bool(m) and any(f'"{m.group(1)}"' in text or f'"{m.group(1)}.json"' in text
-                           for text in (p.read_text() for p in (ROOT / "bench").rglob("*.py")))
+    """bench/results/FAMILY/NAME.json that a script of bench/FAMILY/ writes (a result not measured here yet, e.g. a
+    GPU run)."""
+    m = re.fullmatch(r"bench/results/(\w+)/([\w.-]+)\.json", path)
+    return bool(m) and (ROOT / "bench" / m.group(1)).is_dir() and any(
+        f'"{m.group(2)}"' in text or f'"{m.group(2)}.json"' in text
+        for text in (p.read_text() for p in (ROOT / "bench" / m.group(1)).rglob("*.py")))
 
 
 def stale_references() -> list[str]:
@@ -116,4 +118,5 @@ def test_the_reference_checks_can_fail():
     assert resolves("protocols.announce.encode_announcement") and resolves("node.json")
     assert not resolves("protocols.codec.encode_announcement")  # it lives in protocols.announce
     assert resolves("node.generation.hf.HFGenerator") and not resolves("node.generation.HFGenerator") and not resolves("swarm.polling.PollPlan.gone")
-    assert not resolves("swarm.not_a_key") and not written_by_a_bench("bench/results/never_written.json")
+    assert not resolves("swarm.not_a_key") and not written_by_a_bench("bench/results/speed/never_written.json")
+    assert written_by_a_bench("bench/results/speed/gpu.json") and not written_by_a_bench("bench/results/learning/gpu.json")

@@ -1,4 +1,4 @@
-"""The scale simulation (bench/scale_sim.py): its accounting adds up, and it runs the project's own exchange code."""
+"""The scale simulation (bench/scale/run.py): its accounting adds up, and it runs the project's own exchange code."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import swarm.push
 from bench.scale import sim as simmod
 from bench.scale.model import REPLICAS, Costs, DHTModel, Setting, make_world
 from bench.scale.report import Tally
-from bench.scale_sim import goals
+from bench.scale.run import goals
 
 COSTS = Costs(bundle_bytes=9000, announcement_bytes=230, entry_bytes=1000, overhead_s=0.001)
 

@@ -1,0 +1,19 @@
+"""What the bench scripts share; a script imports these and the project's packages, never another script.
+
+    swarm.py       run_swarm: N nodes in one process on the in-memory transport, round by round
+    stats.py       t95, interval, summary, paired: the one 95 % t-interval of a mean and of a paired difference
+    pool.py        run_jobs: the resumable process pool that appends each result to a JSONL results file
+    output.py      results_dir(family), write_json (with the machine), table, load_jsonl
+    options.py     parse_value / parse_sets: `--set key=value` overrides as a config reads them
+    models.py      model_cached, each lab model's own task (task_source), set_threads
+    peers.py       real hivemind peers without a model (run_level) and the records they publish
+                   (synthetic_records)
+    dht_probe.py   counters inside hivemind's DHT processes and timers around the transport's DHT reads
+    attacks.py     what a hostile peer sends to exhaust a node (the hostile tests and the soak's attackers)
+    identities.py  many throwaway identities: cached RSA keys and a validator that signs for all of them
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a bench never downloads
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

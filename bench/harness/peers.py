@@ -1,0 +1,207 @@
+"""Real hivemind peers that behave like nodes without a model, and the records they publish.
+
+    synthetic_records   one lab round's records (B prompts × G completions × T tokens with ids, logprobs, text)
+    run_level           N such peers in worker processes (`python -m bench.harness.peers`, k peers each) on one
+                        bootstrap: each publishes a bundle every `period` seconds (its own offset) and takes
+                        what arrived, as `run_round` does; returns fan-in, pair latency and DHT costs
+    summarise, dht_costs, pct   what a level's worker logs add up to
+
+`time.monotonic()` is system-wide on Linux, so publish and arrival times from different processes compare
+directly. Each worker installs bench.harness.dht_probe before its first DHT, so the DHT costs are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+
+B, G, T = 8, 8, 24  # one lab round: 8 prompts × 8 completions × ~24 tokens
+
+
+# ---------------------------------------------------------------- worker (one process, k peers)
+
+def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str):
+    from protocols.records import (
+        Completion,
+        ModelInfo,
+        RolloutRecord,
+        SamplingInfo,
+        TaskRef,
+    )
+
+    def completion() -> Completion:
+        ids = tuple(rng.randrange(1, 4000) for _ in range(T))
+        lps = tuple(round(-rng.expovariate(1.0), 3) for _ in range(T))
+        return Completion(" ".join(str(i % 97) for i in ids), ids, lps, "stop", float(rng.random() < 0.3))
+
+    return [RolloutRecord(swarm=swarm, peer=peer, round=round_, policy_version=round_,
+                          created_at=time.time(), model=ModelInfo("lab-chain-sum", "0" * 64, 4096),
+                          sampling=SamplingInfo(1.0, 1.0, 32),
+                          task=TaskRef("chain_sum", {"min_terms": 2, "max_terms": 2}, 0, round_ * B + i),
+                          prompt=f"What is {i} + {round_}?", completions=tuple(completion() for _ in range(G)))
+            for i in range(B)]
+
+
+def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Random) -> None:
+    offset = rng.uniform(0, period)  # peers publish at their own pace, not in lockstep
+    for r in range(rounds):
+        time.sleep(max(0.0, t0 + offset + r * period - time.monotonic()))
+        records = synthetic_records(t.peer_id, r, rng, t.cfg.swarm_id)
+        started = time.monotonic()
+        t.publish(records)
+        log["publishes"].append([t.peer_id, r, started])
+        got = t.take()
+        log["rounds"].append([t.peer_id, r, got.bytes, len(got.records), got.skipped])
+        for reason, n in got.drops.items():
+            log["drops"][reason] = log["drops"].get(reason, 0) + n
+
+
+def worker(args) -> None:
+    from bench.harness import dht_probe
+    from swarm.config import SwarmConfig
+    from swarm.hivemind_transport import HivemindTransport
+
+    dht_probe.install()  # before the first DHT: every DHT child of this worker counts what it serves
+    cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
+                      startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify,
+                      dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5)
+    log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
+    started = time.monotonic()
+    peers = []
+    for _ in range(args.peers):
+        t = HivemindTransport(cfg=cfg)
+        orig = t.inbox.settle
+
+        def settle(ann, records, drops, _orig=orig, _me=t.peer_id):
+            if records:
+                log["arrivals"].append([_me, ann.peer, records[0].round, time.monotonic()])
+            _orig(ann, records, drops)
+
+        t.inbox.settle = settle
+        peers.append(t)
+    print(json.dumps({"ready": time.monotonic() - started}), flush=True)
+    t0 = float(sys.stdin.readline())
+    reads: list = []
+    for t in peers:
+        dht_probe.time_reads(t, reads)
+    served0 = [dht_probe.served(t.dht) for t in peers]
+    threads = [threading.Thread(target=run_peer, args=(t, t0, args.rounds, args.period, log,
+                                                       random.Random(t.peer_id))) for t in peers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    log["served"] = [[a, dht_probe.served(t.dht)] for a, t in zip(served0, peers)]
+    log["reads"] = reads
+    time.sleep(1.0)
+    for t in peers:
+        t.shutdown()
+    with open(args.out, "w") as f:
+        json.dump(log, f)
+
+
+# ---------------------------------------------------------------- orchestrator
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
+              maddr: str, beam: int = 0, poll_interval: float = 0.5) -> dict:
+    procs, outs = [], []
+    tmp = tempfile.mkdtemp(prefix="gossip-")
+    n_proc = -(-total // per_process)
+    swarm_id = f"gossip-{total}-{budget}-{notify}-{int(time.time())}"  # earlier levels' peers are gone
+    for i in range(n_proc):
+        k = min(per_process, total - i * per_process)
+        outs.append(os.path.join(tmp, f"w{i}.json"))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "bench.harness.peers", "--peers", str(k), "--initial-peer", maddr,
+             "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
+             "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
+             "--poll-interval", str(poll_interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
+             "dht_read_beam": beam, "poll_interval_s": poll_interval}
+    load = []
+    try:
+        ready = [json.loads(p.stdout.readline() or "null") for p in procs]
+        if any(r is None for r in ready):
+            return {**level, "error": "a worker failed to start its peers"}
+        t0 = time.monotonic() + 2.0
+        for p in procs:
+            p.stdin.write(f"{t0}\n")
+            p.stdin.flush()
+        for p in procs:
+            while p.poll() is None:
+                load.append(os.getloadavg()[0])
+                time.sleep(1.0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    logs = [json.load(open(o)) for o in outs if os.path.exists(o)]
+    if len(logs) < n_proc:
+        return {**level, "error": "a worker exited without results"}
+    return {**level, **summarise(logs), "load_avg_1m": statistics.fmean(load) if load else None}
+
+
+def summarise(logs: list[dict]) -> dict:
+    pub = {(p, r): t for log in logs for p, r, t in log["publishes"]}
+    lat = [at - pub[(src, r)] for log in logs for _, src, r, at in log["arrivals"] if (src, r) in pub]
+    rounds = [x for log in logs for x in log["rounds"]][len(logs):]  # skip each worker's first take
+    return {
+        "kb_per_round": statistics.fmean(b for *_, b, _, _ in rounds) / 1024 if rounds else 0.0,
+        "records_per_round": statistics.fmean(n for *_, n, _ in rounds) if rounds else 0.0,
+        "pair_p50_s": pct(lat, 0.5), "pair_p95_s": pct(lat, 0.95),
+        "fetched_pairs": len(lat),
+        "skipped": sum(s for *_, s in rounds),
+        "drop_reasons": dict(sum((Counter(log["drops"]) for log in logs), Counter())),
+        **dht_costs(logs),
+    }
+
+
+def dht_costs(logs: list[dict]) -> dict:
+    """What the DHT polling costs (bench.harness.dht_probe): each poll read's latency and entries, and what each
+    peer's DHT process served as a key holder, per second, over the measured rounds."""
+    reads = [r for log in logs for r in log.get("reads", [])]
+    served = [(a, b) for log in logs for a, b in log.get("served", [])]
+    if not served:
+        return {}
+    rate = [(b["find_requests"] - a["find_requests"]) / max(1e-9, b["t"] - a["t"]) for a, b in served]
+    kib_s = [(b["find_bytes"] - a["find_bytes"]) / 1024 / max(1e-9, b["t"] - a["t"]) for a, b in served]
+    return {"read_p50_s": pct([r[1] for r in reads], 0.5), "read_p95_s": pct([r[1] for r in reads], 0.95),
+            "reads_per_peer_s": len(reads) / len(served) / statistics.fmean(b["t"] - a["t"] for a, b in served),
+            "entries_per_read": statistics.fmean(r[3] for r in reads) if reads else None,
+            "finds_per_read": (sum(b["find_requests"] - a["find_requests"] for a, b in served) / len(reads)
+                               if reads else None),  # find requests one poll read costs the swarm
+            "holder_finds_per_s_mean": statistics.fmean(rate), "holder_finds_per_s_max": max(rate),
+            "holder_kib_per_s_mean": statistics.fmean(kib_s), "holder_kib_per_s_max": max(kib_s)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One worker process: --peers peers on --initial-peer; prints {"ready"}, starts at the time read from stdin."""
+    ap = argparse.ArgumentParser(description="worker of run_level (k peers in one process)")
+    for name in ("--peers", "--rounds", "--budget", "--notify", "--beam"):
+        ap.add_argument(name, type=int)
+    ap.add_argument("--period", type=float)
+    ap.add_argument("--poll-interval", type=float)
+    ap.add_argument("--initial-peer")
+    ap.add_argument("--swarm-id")
+    ap.add_argument("--out")
+    worker(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

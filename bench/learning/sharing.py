@@ -1,0 +1,363 @@
+"""Does sharing pay? A swarm node against a node alone, at equal compute, paired by seed.
+
+Arms (I own + J peers' groups trained per round, G groups generated per round, per node):
+
+  A  8 / 0, generate 8    alone
+  B  4 / 4, generate 8    SAPO at equal generation (and equal batch)
+  C  4 / 4, generate 4    half the generation; peers' groups fill the step
+  D  4 / 0, generate 4    alone at half the generation
+  E  B, and node k draws only difficulty band k (mod the number of bands); every node is evaluated
+     on all bands (tasks.eval_datasets)
+
+Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
+nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
+in-memory twin of the transport (swarm.memory: the real receive rules and fan-in), one process and
+one torch thread per swarm, so a run is deterministic; `--jobs` runs swarms side by side.
+
+Per run, mean over its nodes: held-out exact-match gain (after − before), overall and per task kind
+(the hard band separately), cumulative reward (Σ of a node's mean reward on its own rollouts) and
+that sum above the untrained floor (rounds × the node's held-out accuracy before training on the
+kinds it trains on; its mean verifier score under partial credit), gain per million generated and
+per million trained tokens, the share of informative groups (rewards differ) among a node's own
+and among those it received, seconds per node-round. Paired differences (95 % t-intervals over
+seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules of docs/BENCHMARKS.md §13:
+
+  sharing saves compute   C − D > 0 with an interval that excludes 0, and C − A ≥ −0.02
+  SAPO at equal compute   B − A > 0 with an interval that excludes 0
+
+Imitation (`train.imitate: 1`, losses/imitation.py; rules fixed before its runs, docs/BENCHMARKS.md §13F),
+updates f-tis, f-tis+imit (peers' above-mean rows imitated) and f-tis+imitall (every above-mean row,
+own ones too), arms C and D, tag _imitation, paired by seed and arm across updates:
+  imitation makes peers' groups worth more    C[f-tis+imit] − C[f-tis] > 0, interval excluding 0
+  sharing pays under imitation, at equal loss  C[f-tis+imitall] − D[f-tis+imitall] > 0, likewise
+  a peer's answers beyond one's own            C[f-tis+imit] − D[f-tis+imitall] > 0, likewise
+and, added after those came out and before their runs, arms A and B (equal generation and batch):
+  SAPO's comparison under imitation            B[f-tis+imitall] − A[f-tis+imitall] > 0, likewise
+  imitation at equal generation                B[f-tis+imit] − B[f-tis] > 0, likewise
+
+`--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
+`--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
+libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
+twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
+Runs are appended to bench/results/learning/sharing<tag>.jsonl as they finish (an interrupted invocation
+resumes where it stopped); the table goes to sharing<tag>.json and the figure to sharing<tag>.png.
+
+    python -m bench.learning.sharing --config examples/papers/sapo.yaml --arms A B C D --update "f-tis=loss={name: f-tis}" \\
+        --seeds 0 1 2 3 4 5 6 7 --rounds 30 --tag _partial
+    python -m bench.learning.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
+    python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from bench.harness.options import parse_sets
+from bench.harness.output import (
+    load_jsonl,
+    pyplot,
+    results_dir,
+    save_figure,
+    table,
+    write_json,
+)
+from bench.harness.pool import run_jobs
+from bench.harness.stats import fields, mean_of, paired_fields
+
+RESULTS = results_dir("learning")
+
+ARMS = {"A": (8, 0, 8, False), "B": (4, 4, 8, False), "C": (4, 4, 4, False), "D": (4, 0, 4, False),
+        "E": (4, 4, 8, True)}
+PAIRS = [("B", "A"), ("C", "A"), ("C", "D"), ("E", "A"), ("E", "B")]
+DEFAULT_UPDATES = ["sapo=", "f-tis=loss={name: f-tis}"]
+
+
+def parse_arm(text: str) -> tuple[str, tuple[int, int, int, bool]]:
+    if text in ARMS:
+        return text, ARMS[text]
+    name, _, spec = text.partition("=")
+    parts = spec.split("/")
+    if not name or len(parts) not in (3, 4) or not all(p.isdigit() for p in parts[:3]) or parts[3:] not in ([], ["s"]):
+        raise SystemExit(f"bench.learning.sharing: bad arm {text!r}: expected A..E or NAME=I/J/G[/s]")
+    return name, (int(parts[0]), int(parts[1]), int(parts[2]), parts[3:] == ["s"])
+
+
+def node_overrides(config: str, nodes: int, special: bool) -> list[dict]:
+    """Per-node overrides: with specialties node k trains on band k (mod bands), evaluated on all."""
+    if not special:
+        return [{} for _ in range(nodes)]
+    from node.config import load_config
+
+    bands = [s.model_dump() for s in load_config(config, {}).tasks.datasets]
+    return [{"tasks.datasets": [bands[k % len(bands)]], "tasks.eval_datasets": bands} for k in range(nodes)]
+
+
+def trained_labels(config: str, over: dict) -> list[str]:
+    """Labels (node.tasks.source.task_label) of the task kinds a node with these overrides trains on."""
+    from node.config import load_config
+    from node.tasks.source import task_label
+    from protocols.records import TaskRef
+
+    tasks = load_config(config, {}).tasks
+    mix = tasks.eval_datasets or tasks.datasets
+    multi = {s.name for s in mix if sum(o.name == s.name for o in mix) > 1}
+    own = over.get("tasks.datasets") or [s.model_dump() for s in tasks.datasets]
+    return [task_label(TaskRef(s["name"], s.get("config", {}), 0, 0), multi) for s in own]
+
+
+def run_one(job: dict) -> dict:
+    """One swarm for one (update, arm, nodes, seed): the run's summary, per node and averaged."""
+    from bench.harness.swarm import run_swarm
+
+    i, j, g, special = job["arm_spec"]
+    per_node = node_overrides(job["config"], job["nodes"], special)
+    over = [{**job["overrides"], **p} for p in per_node]
+    started = time.perf_counter()
+    run = run_swarm([job["config"]] * job["nodes"], i, j, job["seed"], job["rounds"], over, generate=g)
+    seconds = time.perf_counter() - started
+    exact = over[0].get("tasks.reward", None) == "exact" or _config_reward(job["config"]) == "exact"
+    floors, nodes = [], range(job["nodes"])
+    for k in nodes:
+        labels = trained_labels(job["config"], per_node[k])
+        by = run["before_by_task"][k]
+        base = statistics.fmean(by[x] for x in labels) if by and all(x in by for x in labels) else \
+            run["before"][k] if exact else run["score_before"][k]
+        floors.append(base * job["rounds"])
+    gains = [a - b for a, b in zip(run["after"], run["before"])]
+    kinds = sorted(run["before_by_task"][0])
+    out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
+    out.update(
+        gain=statistics.fmean(gains), node_gains=gains,
+        gain_by_task={x: statistics.fmean(a[x] - b[x] for a, b in zip(run["after_by_task"], run["before_by_task"]))
+                      for x in kinds},
+        cum_reward=run["cum_reward"],
+        cum_above_floor=statistics.fmean(sum(c) - f for c, f in zip(run["curves"], floors)),
+        gain_per_mtok_generated=statistics.fmean(1e6 * x / max(t, 1) for x, t in zip(gains, run["tokens_generated"])),
+        gain_per_mtok_trained=statistics.fmean(1e6 * x / max(t, 1) for x, t in zip(gains, run["tokens_trained"])),
+        tokens_generated=statistics.fmean(run["tokens_generated"]),
+        tokens_trained=statistics.fmean(run["tokens_trained"]),
+        informative_own=sum(run["groups_informative"]) / max(1, sum(run["generated_groups"])),
+        informative_received=(sum(run["groups_received_informative"]) / sum(run["groups_received"])
+                              if sum(run["groups_received"]) else None),
+        external_groups=statistics.fmean(run["external_groups"]),
+        external_weight=mean_of(run["external_weight"]),
+        s_per_node_round=statistics.fmean(run["round_s"]) / job["rounds"],
+        seconds=round(seconds, 1), before=run["before"], after=run["after"],
+        before_by_task=run["before_by_task"], after_by_task=run["after_by_task"],
+        curves=run["curves"])
+    return out
+
+
+def run_hivemind(job: dict) -> dict:
+    """One swarm as `swarm local` processes over real hivemind peers: node k gets seed and tasks.seed
+    100·seed + k, as run_swarm gives it."""
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from node.metrics import read_metrics
+
+    i, j, g, special = job["arm_spec"]
+    if special:
+        raise SystemExit("bench.learning.sharing: --hivemind runs arms without specialties")
+    sets = {"select.local_groups": i,
+            "select.external_groups": j, "generation.prompts_per_round": g, "eval.every": job["rounds"],
+            "checkpoint.every": 10**6, "torch_threads": 1, "swarm.wait_s": 0, **job["overrides"]}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}")]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = yaml.safe_load(Path(job["config"]).read_text())  # swarm local gives node k seed + k, tasks.seed + k
+        config["seed"] = 100 * job["seed"]
+        config.setdefault("tasks", {})["seed"] = 100 * job["seed"]
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = subprocess.run([sys.executable, "-m", "node.cli", "local", "--nodes", str(job["nodes"]), "--config",
+                               str(path), "--rounds", str(job["rounds"]), "--out", f"{tmp}/run", *args],
+                              capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"swarm local failed ({proc.returncode}): {proc.stdout[-2000:]}")
+        run = Path(tmp) / "run"
+        rows = [read_metrics(run / d / "metrics.jsonl") for d in sorted(os.listdir(run))
+                if (run / d / "metrics.jsonl").is_file()]
+    before = [r[0]["eval_accuracy_before"] for r in rows]
+    after = [[m for m in r if m.get("eval_accuracy") is not None][-1]["eval_accuracy"] for r in rows]
+    gains = [a - b for a, b in zip(after, before)]
+    out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
+    out.update(transport="hivemind", gain=statistics.fmean(gains), node_gains=gains, gain_by_task={},
+               cum_reward=statistics.fmean(sum(m["reward_mean"] for m in r) for r in rows),
+               external_groups=statistics.fmean(sum(m["groups_external"] for m in r) for r in rows),
+               s_per_node_round=statistics.fmean(m["round_s"] for r in rows for m in r),
+               seconds=round(time.perf_counter() - started, 1), before=before, after=after, before_by_task=[{}],
+               curves=[[m["reward_mean"] for m in r] for r in rows])
+    return out
+
+
+def _config_reward(config: str) -> str:
+    from node.config import load_config
+
+    return load_config(config, {}).tasks.reward
+
+
+def hard_label(runs: list[dict]) -> str | None:
+    """The task kind the untrained model solves least (the hard band), when there are several."""
+    by = runs[0]["before_by_task"][0] if runs and runs[0]["before_by_task"] else {}
+    return min(by, key=by.get) if len(by) > 1 else None
+
+
+FIELDS = ["gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained",
+          "informative_own", "informative_received", "external_groups", "s_per_node_round"]
+
+
+def paired(a: dict[int, dict], b: dict[int, dict], label: dict) -> dict | None:
+    """Differences a − b paired by seed (gain, hard-band gain, cumulative reward), or None with < 2 seeds."""
+    d = paired_fields(a, b, ("gain", "gain_hard", "cum_reward", "cum_above_floor"))
+    return None if d is None else {**label, **d}
+
+
+def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], list[dict]]:
+    """Per (update, arm, nodes): means and intervals over seeds; per update: paired differences between
+    arms; with `versus`, every other update against that one, arm by arm (a mechanism against its base)."""
+    hard = hard_label(runs)
+    for r in runs:
+        r["gain_hard"] = r["gain_by_task"].get(hard) if hard else None
+    cells: dict[tuple, list[dict]] = {}
+    for r in runs:
+        cells.setdefault((r["update"], r["arm"], r["nodes"]), []).append(r)
+    rows = []
+    for (update, arm, nodes), rs in cells.items():
+        row = {"update": update, "arm": arm, "nodes": nodes, "seeds": len(rs),
+               "worst_node_gain": min(g for r in rs for g in r["node_gains"])}
+        rows.append({**row, **fields(rs, FIELDS)})
+    diffs = []
+    for update in dict.fromkeys(r["update"] for r in runs):
+        for nodes in sorted({r["nodes"] for r in runs}):
+            by_arm = {arm: {r["seed"]: r for r in rs} for (u, arm, n), rs in cells.items() if u == update and n == nodes}
+            for a, b in PAIRS:
+                if a in by_arm and b in by_arm:
+                    d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
+                    diffs += [d] if d else []
+            smallest = min(n for (u, _, n) in cells if u == update)
+            if nodes != smallest:  # the swarm-size curve: each size against the smallest, arm by arm
+                for arm in by_arm:
+                    base = {r["seed"]: r for r in cells.get((update, arm, smallest), [])}
+                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
+                                                   "pair": f"{arm}: {nodes} vs {smallest} nodes"})
+                    diffs += [d] if d else []
+            if versus and update != versus:
+                for arm in by_arm:
+                    base = {r["seed"]: r for r in cells.get((versus, arm, nodes), [])}
+                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes, "pair": f"{arm}: vs {versus}"})
+                    diffs += [d] if d else []
+    return rows, diffs
+
+
+def verdicts(diffs: list[dict]) -> list[str]:
+    """The decision rules (docs/BENCHMARKS.md §13), applied to held-out gain, per update."""
+    out = []
+    for update in dict.fromkeys(d["update"] for d in diffs):
+        for nodes in sorted({d["nodes"] for d in diffs if d["update"] == update}):
+            get = {d["pair"]: d for d in diffs if d["update"] == update and d["nodes"] == nodes}
+            cd, ca, ba = get.get("C − D"), get.get("C − A"), get.get("B − A")
+            if cd and ca and "gain" in cd and "gain" in ca:
+                ok = cd["gain"] - cd["gain_ci"] > 0 and ca["gain"] >= -0.02
+                out.append(f"{update} ({nodes} nodes): sharing saves compute: {'YES' if ok else 'no'} "
+                           f"(C − D {cd['gain']:+.3f} ± {cd['gain_ci']:.3f}, C − A {ca['gain']:+.3f} ± {ca['gain_ci']:.3f})")
+            if ba and "gain" in ba:
+                ok = ba["gain"] - ba["gain_ci"] > 0
+                worse = ba["gain"] + ba["gain_ci"] < 0
+                out.append(f"{update} ({nodes} nodes): SAPO's claim at equal compute (B > A): "
+                           f"{'YES' if ok else 'no — B is worse' if worse else 'not shown'} "
+                           f"(B − A {ba['gain']:+.3f} ± {ba['gain_ci']:.3f})")
+    return out
+
+
+def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
+    plt = pyplot()
+
+    updates = list(dict.fromkeys(r["update"] for r in runs))
+    sizes = sorted({r["nodes"] for r in runs})
+    fig, axes = plt.subplots(1, len(updates) + 1, figsize=(5.5 * (len(updates) + 1), 4.2), squeeze=False)
+    for ax, update in zip(axes[0][:-1], updates):
+        if len(sizes) > 1:  # the swarm-size curve
+            for arm in dict.fromkeys(r["arm"] for r in rows if r["update"] == update):
+                pts = sorted((r["nodes"], r["gain"], r["gain_ci"]) for r in rows if r["update"] == update and r["arm"] == arm)
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                            capsize=4, label=f"arm {arm}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("nodes in the swarm")
+            ax.set_ylabel("held-out gain per node")
+        else:
+            for arm in dict.fromkeys(r["arm"] for r in runs if r["update"] == update):
+                curves = [c for r in runs if r["update"] == update and r["arm"] == arm for c in r["curves"]]
+                n = min(len(c) for c in curves)
+                ax.plot(range(n), [statistics.fmean(c[t] for c in curves) for t in range(n)], label=arm)
+            ax.set_xlabel("round")
+            ax.set_ylabel("mean reward on own rollouts")
+        ax.set_title(update)
+        ax.legend(fontsize=8)
+    ax = axes[0][-1]
+    shown = [d for d in diffs if "gain" in d and (d["nodes"] == max(sizes) if len(sizes) == 1 else "nodes" in d["pair"])]
+    ax.errorbar(range(len(shown)), [d["gain"] for d in shown], yerr=[d["gain_ci"] for d in shown], fmt="o", capsize=4)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(shown)), [f"{d['pair']}\n{d['update']}" for d in shown], fontsize=7)
+    ax.set_title("held-out gain, paired difference (95 % CI)")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="examples/papers/sapo-binary.yaml")
+    ap.add_argument("--arms", nargs="+", default=None, help="A B C D E, or NAME=I/J/G[/s] (default A–E; C with --sizes)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(range(8)))
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--sizes", nargs="+", type=int, help="swarm sizes to run (the swarm-size curve)")
+    ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V;K=V",
+                    help="an update with its config overrides (default: sapo= and f-tis)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--versus", metavar="UPDATE", help="also pair every other update against this one, arm by arm")
+    ap.add_argument("--hivemind", action="store_true", help="run each swarm over real hivemind peers (swarm local)")
+    ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
+    args = ap.parse_args(argv)
+    arms = dict(parse_arm(a) for a in (args.arms or (["C"] if args.sizes else list(ARMS))))
+    common = parse_sets(args.set)
+    updates = {}
+    for item in args.update or DEFAULT_UPDATES:
+        name, _, rest = item.partition("=")
+        updates[name] = {**common, **parse_sets(kv for kv in rest.split(";") if kv)}
+    runs = load_jsonl(RESULTS / f"sharing{args.tag}.jsonl")
+    if not args.report:
+        done = {(r["update"], r["arm"], r["nodes"], r["seed"], r["rounds"]) for r in runs}
+        jobs = [{"config": args.config, "update": u, "overrides": over, "arm": a, "arm_spec": spec, "nodes": n,
+                 "seed": s, "rounds": args.rounds}
+                for s in args.seeds for u, over in updates.items() for a, spec in arms.items()
+                for n in (args.sizes or [args.nodes]) if (u, a, n, s, args.rounds) not in done]
+        runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, RESULTS / f"sharing{args.tag}.jsonl",
+                         args.jobs, lambda r: (f"{r['update']} {r['arm']} n={r['nodes']} seed {r['seed']}: gain "
+                                               f"{r['gain']:+.3f} cum {r['cum_reward']:.2f} ({r['seconds']:.0f} s)"))
+        wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
+        runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted and r["rounds"] == args.rounds]
+    rows, diffs = summarise(runs, args.versus)
+    print(table(rows, ["update", "arm", "nodes", "seeds", "gain", "gain_ci", "gain_hard", "gain_hard_ci", "cum_reward",
+                       "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained", "informative_own",
+                       "informative_received", "worst_node_gain", "s_per_node_round"]))
+    print(table(diffs, ["update", "nodes", "pair", "seeds", "gain", "gain_ci", "gain_positive", "gain_hard",
+                        "gain_hard_ci", "cum_above_floor", "cum_above_floor_ci", "cum_above_floor_positive"]))
+    for line in verdicts(diffs):
+        print(line)
+    plot(runs, rows, diffs, RESULTS / f"sharing{args.tag}.png")
+    write_json(f"sharing{args.tag}", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs),
+                                      "runs": [{k: v for k, v in r.items() if k != "curves"} for r in runs]}, RESULTS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""Does a stronger peer teach? A student with a trained teacher's groups against the same student alone.
+
+The teacher is a lab model trained alone to its plateau (examples/lab-solo.yaml, `--teacher-rounds`
+rounds, partial credit) and then **frozen** (lr 0: it keeps sampling from the same policy, so every
+seed sees the same teacher). The student is a fresh lab model. Task: spell_backward, 3–6 letters
+(the lab models' own task) under the **binary** reward (exact match only) with groups of equal
+reward dropped (`select.drop_zero_advantage`): a teacher's group can carry signal where the
+student's own group on a task is all wrong. Pairings (student ← teacher):
+
+  same        lab-spell      ← lab-spell trained        (same architecture and tokenizer)
+  wide2spell  lab-spell      ← lab-spell-wide trained   (another tokenizer: rows re-tokenised,
+  spell2wide  lab-spell-wide ← lab-spell trained         weighted by the chunk ratio, ARCHITECTURE §6)
+
+Arms, for the student (node 0; I own + J the other node's groups trained, G generated per round):
+
+  D  4 / 0, G 4    alone
+  T  4 / 4, G 4    with the frozen teacher's groups (equal student generation with D)
+  P  4 / 4, G 4    with a fresh, learning peer of the teacher's model instead (is it the teacher's
+                   strength or any second node?)
+  A  8 / 0, G 8    alone at twice the generation (equal trained rows with T)
+
+Compute: T, P and D generate the same tokens on the student (the teacher's generation is its own);
+T and A train on the same number of groups. Every arm of a seed uses the same student task stream
+(tasks.seed = 100·seed) and the same held-out items (tasks.eval_size items, eval.samples each).
+
+  Tn 4 / 4, G 4    T with the student's loss NoIS (the teacher's rows at weight 1, as if on-policy;
+                   added after the first half of the T runs showed no gain, to test why: the
+                   importance weight π/μ makes the teacher's rows estimate the student's own on-policy
+                   gradient, so an unbiased weight can only lower variance, never move the student
+                   towards the teacher faster)
+
+Decision rule, fixed before the runs (per pairing, 8 seeds, paired by seed, 95 % t-interval on the
+difference of held-out exact-match gains):
+  the teacher teaches          T − D > 0 with an interval that excludes 0
+  more than any peer           T − P > 0 with an interval that excludes 0
+  (Tn, fixed before its runs)  Tn − D > 0 with an interval that excludes 0: the teacher teaches
+                               when its rows are not importance-weighted
+  (same@50, fixed before its runs) with a teacher trained 50 rounds instead of 200 (`--teacher-rounds
+                               50`: stronger than the student, but nearer to it than the 200-round
+                               teacher's KL(μ‖π) ≈ 0.6 nats per token), T − D > 0 excluding 0: the
+                               distance between teacher and student is what keeps the rows useless
+  Ti 4 / 4, G 4    T with the student's loss F-TIS + imitation of the teacher's rows whose advantage is
+                   positive (`train.imitate: 1`, losses/imitation.py; lam 1: those rows pushed up at weight 1,
+                   the wrong ones left to F-TIS; added after Tn showed that all of the teacher's rows
+                   at weight 1 harm, to separate its right answers from its wrong ones)
+  (Ti, fixed before its runs) Ti − D > 0 with an interval that excludes 0: the teacher teaches by
+                               imitation; Ti − T > 0 likewise: imitation adds to F-TIS (same
+                               pairing first, 8 seeds; the other pairings if time allows)
+  Pi 4 / 4, G 4    P with Ti's loss: imitation of a fresh, learning peer's better answers (added after
+                   Ti − D and Ti − T came out positive, before its runs)
+  (Pi, fixed before its runs) Ti − Pi > 0 with an interval that excludes 0: the gain comes from the
+                               teacher's strength, not from imitating any peer
+  Ti0 4 / 4, G 4   Ti with an untrained teacher: the teacher's model as built (the student's own
+                   starting point for `same`), frozen and sending 8 groups a round exactly as the
+                   trained teacher does (added because the fresh peer of Pi sends fewer groups than
+                   the teacher: Ti − Pi mixed the teacher's strength with the number of rows imitated)
+  (Ti0, fixed before its runs) Ti − Ti0 > 0 with an interval that excludes 0: the gain is the
+                               teacher's strength, at the same protocol and sending rate; the peer
+                               groups each arm trained on are reported beside it
+  Di  4 / 0, G 4   D with the same imitation term on the student's own above-mean answers
+                   (`train.imitate_rows: all`; added after Ti − Ti0 came out unresolved, before its runs:
+                   is the gain the peer's answers, or the extra push on successes the term gives anyway?)
+  (Di, fixed before its runs)  Ti − Di > 0 and Ti0 − Di > 0, each with an interval that excludes 0: a
+                               peer's answers add to what imitating one's own successes gives
+Pairings with SmolLM2-135M (LoRA, examples/hetero/smollm2.yaml; 100 held-out items × 2 samples for it; the
+lab node beside it extracts leniently as SmolLM2 does and accepts its longer completions):
+  lab2smol    SmolLM2        ← lab-spell trained        (a 0.7M-parameter teacher, a 135M student that
+                                                          almost never spells a word exactly backwards)
+  smol2lab    lab-spell      ← SmolLM2 as built          (not trained here: ≈ 30 s a round; on exact match
+                                                          it is no teacher, run because both directions count)
+  (SmolLM2 pairings, fixed before their runs; arms D T Ti, 8 seeds, `--rounds 20 --name teacher_smollm2`)
+                               per direction, T − D > 0 and Ti − D > 0, each with an interval that
+                               excludes 0: the other model teaches (through F-TIS rows, by imitation)
+  (the same under partial credit, fixed before its runs: `--set tasks.reward=partial --measure score_gain
+                               --name teacher_smollm2_partial`, lab2smol first, arms D and Ti before T)
+                               Ti − D > 0 and T − D > 0 on SmolLM2's held-out mean score, each
+                               with an interval that excludes 0
+  (smol2lab under partial credit, fixed before its runs: same flags, arms D and Ti, 8 seeds)
+                               Ti − D > 0 on the lab student's held-out mean score, with an interval
+                               that excludes 0: SmolLM2's better answers teach the lab student (its
+                               mean score is ≈ 0.05–0.08, §12B: a weaker model on this task);
+                               Ti − D < 0 excluding 0: imitating them harms
+  Tio 4 / 4, G 4   Ti with `train.imitate_bar: own`: a peer's answer is imitated only if it also beats the
+                   mean reward of the student's own rows in the step (added after the first smol2lab Ti runs
+                   lost 0.10–0.21 of the lab student's held-out score, before its runs)
+  (Tio on smol2lab, partial credit, fixed before its runs: 8 seeds)
+                               Tio − Ti > 0 with an interval that excludes 0: the own bar keeps a
+                               weaker model's answers from harming; Tio − D reported beside it (an
+                               interval below 0 would mean harm remains)
+Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
+≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
+teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
+
+    python -m bench.learning.teacher --pairings same wide2spell spell2wide --seeds 0 1 2 3 4 5 6 7 --jobs 2
+
+Runs are appended to bench/results/learning/teacher.jsonl as they finish (an interrupted invocation resumes);
+the table goes to bench/results/learning/teacher.json. The teachers are trained once, on first use, into
+`$SWARM_CACHE_DIR/bench/teachers/` (≈ 2 minutes each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+from bench.harness.options import parse_value
+from bench.harness.output import load_jsonl, results_dir, table, write_json
+from bench.harness.pool import run_jobs
+from bench.harness.stats import interval
+
+RESULTS = results_dir("learning")
+
+PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
+            "spell2wide": ("lab-spell-wide", "lab-spell"),
+            "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m")}  # (student, teacher)
+# SmolLM2 runs its own config (LoRA, 4 completions a group, 32 new tokens, lenient extraction) with a smaller
+# held-out set; it is never trained as a teacher here (≈ 30 s a round): as a teacher it is the model as built
+SMOL = "smollm2-135m"
+SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "eval.samples": 2})}
+SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
+ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
+        "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
+        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None), "Tio": (4, 4, 4, "teacher")}
+# Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy");
+# Di: D imitating its own above-mean answers; Tio: Ti with the own bar (train.imitate_bar: own, the node's default)
+# F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py), with the group bar these arms were run with
+IMITATION = {"train.imitate": 1.0, "train.imitate_bar": "group"}
+STUDENT_OVER = {"Tn": {"loss": {"name": "nois"}},  # arms whose student trains otherwise than TASK's F-TIS
+                "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION,
+                "Di": {**IMITATION, "train.imitate_rows": "all"},
+                "Tio": {**IMITATION, "train.imitate_bar": "own"}}
+CONFIG = "examples/lab-solo.yaml"
+TEACHER_ROUNDS = 200
+TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
+        "loss": {"name": "f-tis"}}
+
+
+def teacher_dir(spec: str, rounds: int) -> Path:
+    """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds (built on first use)."""
+    from node.models.load import default_cache_dir
+
+    if spec == SMOL:  # as built (pretrained): 200 rounds of SmolLM2 would take ≈ 2 hours here
+        return SMOL
+    root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}"
+    done = root / "model"
+    if (done / "config.json").is_file():
+        return done
+    from node import checkpoint
+    from node.config import load_config
+    from node.node import Node
+    from node.round.loop import run_round
+
+    print(f"training the teacher {spec} for {rounds} rounds (once) ...", flush=True)
+    cfg = load_config(CONFIG, {"model.spec": spec, "rounds": rounds, "torch_threads": 1, "eval.every": 0,
+                               "checkpoint.every": rounds, "metrics.console": False})
+    work = root.with_name(root.name + ".work")
+    node = Node(cfg, str(work))
+    try:
+        for r in range(rounds):
+            run_round(node, r)
+    finally:
+        node.close()
+    newest = checkpoint.complete_checkpoints(work / "checkpoints")[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    os.replace(newest / "model", done)
+    return done
+
+
+def run_one(job: dict) -> dict:
+    """One arm, one pairing, one seed: the student's (and the other node's) held-out gain and weights."""
+    from bench.harness.swarm import run_swarm
+
+    student, other = PAIRINGS[job["pairing"].partition("@")[0]]
+    i, j, g, kind = ARMS[job["arm"]]
+    started = time.perf_counter()
+    partner = SMOL_PARTNER if SMOL in (student, other) else {}
+
+    def node(spec: str, model: str) -> tuple[str, dict]:  # its config file, and TASK with its own adjustments
+        config, extra = SPEC_CONFIG.get(spec, (CONFIG, partner))
+        return config, {**TASK, **extra, **job.get("set", {}), "model.spec": model}
+
+    config, base = node(student, student)
+    configs, local, external, generate = [config], [i], [j], [g]
+    over = [{**base, **STUDENT_OVER.get(job["arm"], {})}]
+    if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
+        config, base = node(other, job["teacher_dir"] if kind == "teacher" else other)
+        frozen = kind in ("teacher", "copy")
+        configs.append(config)
+        local, external, generate = local + [8 if frozen else i], external + [0 if frozen else j], \
+            generate + [8 if frozen else g]
+        over.append({**base, **({"train.lr": 0.0} if frozen else {})})
+    run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
+    out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
+    out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
+               score_gain=run["score_after"][0] - run["score_before"][0],
+               external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
+               w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
+               tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
+               cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1))
+    return out
+
+
+def label(pairing: str, arm: str, teacher_rounds: int) -> str:
+    """The pairing's name, with `@rounds` for a teacher trained another number of rounds than the default."""
+    return pairing if ARMS[arm][3] != "teacher" or teacher_rounds == TEACHER_ROUNDS else f"{pairing}@{teacher_rounds}"
+
+
+def _m(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list[dict]]:
+    """Per arm and paired differences of `measure`: gain (held-out exact match) or score_gain (mean verifier score)."""
+    runs = [{**r, "gain": r[measure]} for r in runs]
+    by = {(r["pairing"], r["arm"], r["seed"]): r for r in runs}
+    rows, diffs = [], []
+    for pairing in dict.fromkeys(r["pairing"] for r in runs):
+        for arm in ARMS:
+            rs = [r for r in runs if r["pairing"] == pairing and r["arm"] == arm]
+            if not rs:
+                continue
+            g, gh = interval([r["gain"] for r in rs])
+            rows.append({"pairing": pairing, "arm": arm, "seeds": len(rs), "before": _m(r["before"][0] for r in rs),
+                         "gain": g, "gain_ci": gh, "other_acc": _m(r["after"][1] if len(r["after"]) > 1 else None
+                                                                   for r in rs),
+                         "peer_groups": _m(r["external_groups"] for r in rs), "ext_w": _m(r["ext_w"] for r in rs),
+                         "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
+                         "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
+                         "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
+        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
+                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D")):
+            seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
+            if len(seeds) < 2:
+                continue
+            d = [by[(pairing, a, s)]["gain"] - by[(pairing, b, s)]["gain"] for s in seeds]
+            m, h = interval(d)
+            diffs.append({"pairing": pairing, "diff": f"{a} - {b}", "seeds": len(seeds), "mean": m, "ci": h,
+                          "positive": sum(x > 0 for x in d), "per_seed": " ".join(f"{x:+.3f}" for x in d)})
+    return rows, diffs
+
+
+def verdicts(diffs: list[dict]) -> list[str]:
+    out = []
+    for d in diffs:
+        rule = {"T - D": "the teacher teaches", "T - P": "more than any peer",
+                "Tn - D": "the teacher teaches without importance weights",
+                "Ti - D": "the teacher teaches by imitation of its better answers",
+                "Ti - T": "imitation adds to F-TIS",
+                "Ti - Pi": "by the teacher's strength, not imitation of any peer",
+                "Ti - Ti0": "by the teacher's strength, at the same sending rate",
+                "Ti - Di": "the teacher's answers add to imitating one's own",
+                "Ti0 - Di": "an untrained copy's answers add to imitating one's own",
+                "Tio - Ti": "the own bar does better than the group bar",
+                "Tio - D": "the teacher teaches by imitation under the own bar"}.get(d["diff"])
+        if rule:
+            yes = d["mean"] - d["ci"] > 0
+            out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
+                       f"{d['positive']}/{d['seeds']} seeds positive)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairings", nargs="+", choices=sorted(PAIRINGS), default=["same", "wide2spell", "spell2wide"])
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(range(8)))
+    ap.add_argument("--rounds", type=int, default=40, help="student rounds")
+    ap.add_argument("--teacher-rounds", type=int, default=TEACHER_ROUNDS,
+                    help="rounds the teacher trains alone (another value: pairing NAME@ROUNDS in the tables)")
+    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for every node of every run, e.g. tasks.reward=partial (SmolLM2's measurable "
+                    "regime); runs with other overrides must go to another --name")
+    ap.add_argument("--measure", choices=["gain", "score_gain"], default="gain",
+                    help="what the tables compare: held-out exact match (gain) or mean verifier score (score_gain: "
+                    "SmolLM2 under partial credit, whose exact match stays 0)")
+    ap.add_argument("--report", action="store_true", help="only summarise bench/results/learning/<name>.jsonl")
+    ap.add_argument("--name", default="teacher", help="results: bench/results/learning/<name>.jsonl and <name>.json; a new "
+                    "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
+    args = ap.parse_args(argv)
+    sets = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"bench.learning.teacher: --set wants KEY=VALUE, not {item!r}")
+        sets[key] = parse_value(value)
+    sink_path = RESULTS / f"{args.name}.jsonl"
+    done = load_jsonl(sink_path)
+    if not args.report:
+        teachers = {spec: str(teacher_dir(spec, args.teacher_rounds))
+                    for spec in {PAIRINGS[p][1] for p in args.pairings}}
+        have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
+        jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
+                 "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets}
+                for s in args.seeds for p in args.pairings for a in args.arms
+                if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
+        done += run_jobs(run_one, jobs, sink_path, args.jobs, lambda r: (
+            f"{r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f}, score {r['score_gain']:+.3f} "
+            f"(peer groups {r['external_groups']}, ext w {r['ext_w']})"))
+    runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"].partition("@")[0] in args.pairings]
+    for r in [r for r in runs if "@" in r["pairing"]]:  # a teacher of other rounds: against the same D, P and A
+        runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]
+                 and x["arm"] in ("D", "P", "A") and x["seed"] == r["seed"]]
+    rows, diffs = summarise([r for r in runs if args.measure in r], args.measure)
+    print(table(rows, list(rows[0])) if rows else "no runs")
+    print(table(diffs, list(diffs[0])) if diffs else "")
+    for line in verdicts(diffs):
+        print(line)
+    path = write_json(args.name, {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs)}, RESULTS)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

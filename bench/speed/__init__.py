@@ -1,0 +1,8 @@
+"""Generation and the round on one machine (results in bench/results/speed/).
+
+    gpu                   a GPU workstation node's round: generation and the training step per precision setup
+    generation_batching   tokens/s of the HF generator: one batched call against one prompt / sequence at a time
+    hf_loop               the `hf` backend's decode loop against transformers `generate`
+    vllm_vs_hf            HF `generate` against vLLM, and what DASH preemptive sampling saves per round
+    overhead              the framework's own overhead per round against raw generate + train_step
+"""
