@@ -32,6 +32,7 @@ COPY README.md ./
 COPY protocols protocols
 COPY swarm swarm
 COPY node node
+COPY ops ops
 COPY losses losses
 RUN pip install ${PIP_ARGS} --no-deps --force-reinstall .
 

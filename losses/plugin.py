@@ -4,7 +4,7 @@
     load_object("examples/byo/reward.py:exact_match")  # a Python file, relative to the working directory
 
 A module path is imported with the working directory on `sys.path` (as `python -m` has it), so
-a module beside the config works whether the node was started as `swarm` or `python -m node.cli`.
+a module beside the config works whether the node was started as `swarm` or `python -m ops.cli`.
 A file is loaded once per absolute path under a private module name. Torch-free.
 """
 

@@ -16,10 +16,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from losses.config import GRPOConfig, LossConfig
+from node.books.metrics import MetricsConfig
 from node.federated.config import FederatedConfig
 from node.generation.config import GenerationConfig
 from node.heterorl.config import HeteroRLConfig, Role, check_role
-from node.metrics import MetricsConfig
 from node.models.config import ModelConfig
 from node.round.config import IngestConfig, SelectConfig, TrainConfig
 from node.tasks.config import FILE_TAG, GYM_TAG, FileDatasetSpec, TaskConfig

@@ -18,12 +18,12 @@ import torch
 from losses import build_loss_from_config
 from losses.imitation import with_imitation
 from losses.peer_floor import with_peer_floor
-from node import checkpoint
+from node.books import checkpoint
+from node.books.metrics import EvalResult, MetricsLog
 from node.config import NodeConfig
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.heterorl.state import build_role_state
-from node.metrics import EvalResult, MetricsLog
 from node.models.device import place
 from node.models.load import load_model
 from node.round.dedup import SeenGroups
@@ -63,7 +63,7 @@ class Node:
         self.transport = transport
         self.peer_id = transport.peer_id if transport is not None else cfg.name
         self.seen_groups = SeenGroups(cfg.ingest.max_age_s + cfg.ingest.max_clock_skew_s)  # node.round.dedup
-        if transport is not None:  # bundles are decoded under our own budget per completion (swarm.receive)
+        if transport is not None:  # bundles are decoded under our own budget per completion (swarm.exchange.receive)
             transport.limit_completions(cfg.ingest.max_completion_tokens or cfg.generation.max_new_tokens)
         self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
         self.federated = None
@@ -169,15 +169,15 @@ class Node:
         return self.evaluate_items(progress).accuracy
 
     def evaluate_items(self, progress=None) -> EvalResult:
-        """Held-out accuracy with its standard error over items (node.metrics.EvalResult); `progress`
-        (node.progress.Progress over the held-out items) advances as batches of them are generated."""
+        """Held-out accuracy with its standard error over items (node.books.metrics.EvalResult); `progress`
+        (node.books.progress.Progress over the held-out items) advances as batches of them are generated."""
         if not self._eval_set:
             return EvalResult([])
         prompts = [self.prompt_of(t) for t in self._eval_set]
         k = self.cfg.eval.samples
-        own = progress is None and self.cfg.metrics.console  # shown when it takes long (node.progress)
+        own = progress is None and self.cfg.metrics.console  # shown when it takes long (node.books.progress)
         if own:
-            from node.progress import Progress
+            from node.books.progress import Progress
 
             progress = Progress(f"[{self.cfg.name}] held-out eval", total=len(prompts), unit="items")
         try:

@@ -11,7 +11,7 @@ from node.heterorl.learner import run_learner_round
 from node.heterorl.sampler import run_sampler_round
 from node.heterorl.state import role_state
 from node.round.loop import run_round
-from swarm.health import TransportDied, TransportWatch
+from swarm.host.health import TransportDied, TransportWatch
 
 if TYPE_CHECKING:
     from node.node import Node
@@ -27,7 +27,7 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 def run(node: Node, rounds: int) -> list[dict[str, Any]]:
     """Run rounds start..rounds-1 (resuming after the last checkpointed round).
 
-    Before every round the transport's processes are checked (swarm.health): a node whose DHT
+    Before every round the transport's processes are checked (swarm.host.health): a node whose DHT
     child or p2pd died stops with TransportDied instead of running rounds with no peers.
     """
     round_fn = ROUND_FUNCTIONS[node.mode]
@@ -52,7 +52,7 @@ def meet_peers(node: Node) -> int:
     """Announce ourselves (an empty bundle) and, if swarm.start_with_peers asks, wait until that many
     peers were seen (at most swarm.start_wait_s). Returns the peers seen. This only lets a local
     experiment start together: the peers met here are vouched for (in good standing as if they had
-    delivered, swarm.standing), so the first rounds may wait for their groups (swarm.wait_s) until
+    delivered, swarm.exchange.standing), so the first rounds may wait for their groups (swarm.wait_s) until
     one of them fails; otherwise only peers whose groups were used are ever waited for."""
     sw = node.cfg.swarm
     if node.transport is None:

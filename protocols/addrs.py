@@ -18,7 +18,7 @@ An address is a claim: a peer may name any host and port, and every receiver tha
 libp2p handshake there. `scope_of` sorts an address into loopback / private / public / name (a DNS
 name: its scope is unknown until resolved) / never (link-local — 169.254.169.254 is a cloud's
 metadata service —, unspecified, multicast, reserved); `dialable_scopes` says which of them a
-receiver dials, from its own addresses (swarm.dial).
+receiver dials, from its own addresses (swarm.net.dial).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ The learner of a HeteroRL swarm stores one small signed value under its own DHT 
 
 and serves the bytes it names (a safetensors file: the full state dict, or a LoRA adapter's) over
 a libp2p stream (`/rlswarm/weights/2`, the bundle stream's framing). Pure data and its codec;
-the receive rules live in swarm.weights.
+the receive rules live in swarm.weights.channel.
 """
 
 from __future__ import annotations

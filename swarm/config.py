@@ -21,7 +21,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from protocols.codec import DEFAULT_CAPS, Caps
-from swarm.transport import Limits
+from swarm.exchange.transport import Limits
 
 
 def _check_maddr(addr: str, *, need_peer: bool) -> str:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from bench.harness import dht_probe
-    from swarm.bootstrap import start_bootstrap
+    from swarm.dht.bootstrap import start_bootstrap
 
     dht_probe.install()  # the bootstrap's DHT counts what it serves too
     dht, maddrs = start_bootstrap(startup_timeout_s=180)

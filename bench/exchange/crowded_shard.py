@@ -13,9 +13,9 @@ their publication (delay). Arms:
     dht-only | push        the honest peer announces through the DHT alone (swarm.notify_peers 0) or also
                            pushes each announcement to the peers it knows (the default, docs/PROTOCOL.md §6.2)
     random                 (G 40, dht-only) the victim's reads keep a random subset of a crowded key's entries,
-                           as before swarm.polling.pick_entries, instead of its peers in good standing first
+                           as before swarm.exchange.polling.pick_entries, instead of its peers in good standing first
 
-Reads of a crowded key are paced by the entries under it (swarm.polling: a key of n entries is read about
+Reads of a crowded key are paced by the entries under it (swarm.exchange.polling: a key of n entries is read about
 every n × 4 × 1.25 / 12.8 s), so a peer announcing through the DHT alone is seen late and loses bundles
 (a newer announcement replaces its older one). Writes bench/results/exchange/<name>.json.
 """
@@ -31,10 +31,10 @@ import time
 from bench.harness.attacks import Ghosts
 from bench.harness.output import machine, results_dir, table, write_json
 from bench.harness.peers import synthetic_records
-from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
-from swarm.standing import Standing
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
+from swarm.exchange.standing import Standing
 
 RESULTS = results_dir("exchange")
 

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tag", default="", help="suffix of the results file")
     args = ap.parse_args(argv)
 
-    from swarm.bootstrap import start_bootstrap
+    from swarm.dht.bootstrap import start_bootstrap
 
     dht, maddrs = start_bootstrap(startup_timeout_s=120)
     rows = []

@@ -1,7 +1,7 @@
 """Weight broadcast from a learner to its samplers on real hivemind peers (127.0.0.1): bytes and seconds.
 
 One learner and K samplers, each a HivemindTransport (its own p2p daemon and DHT process, one
-bootstrap peer) with the weight channel of swarm.hivemind_weights, all in this process. For each
+bootstrap peer) with the weight channel of swarm.weights.hivemind, all in this process. For each
 payload the learner publishes `--versions` new versions (a little noise on every tensor, so each is
 new bytes); for each we time, from the moment `publish` is called:
 
@@ -35,10 +35,10 @@ from node.config import load_config
 from node.heterorl.weights import apply_weights, export_weights, weights_format
 from node.models.config import LoraSpec, ModelConfig
 from node.models.load import load_model
-from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
-from swarm.hivemind_weights import HivemindWeights
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
+from swarm.weights.hivemind import HivemindWeights
 
 RESULTS = results_dir("exchange")
 

@@ -27,8 +27,8 @@ from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle, record_to_wire, sha256_hex
 from protocols.keys import rollouts_key, window_of
 from protocols.records import SCHEMA_VERSION, Announcement, RolloutRecord
-from swarm import wire
-from swarm.dial import open_stream
+from swarm.exchange import wire
+from swarm.net.dial import open_stream
 
 BOMB_TOKENS = 8192  # per completion: the wire cap
 BOMB_COMPLETIONS = 63  # per record: 4 such records and an honest one stay within the bundle token cap (2^21)
@@ -142,7 +142,7 @@ def flood_unsigned(dht, swarm_id: str, *, windows: list[int], shards: int, per_k
 async def refetch(t, publisher: str, addrs: list[str], sha256: str, times: int, swarm_id: str,
                   policy=None) -> list[str]:
     """Fetch `publisher`'s bundle `sha256` `times` times, all at once (dialling `addrs` as `policy` allows, e.g.
-    the attacker's own swarm.dial.DialPolicy); what each attempt got ("ok" or why not)."""
+    the attacker's own swarm.net.dial.DialPolicy); what each attempt got ("ok" or why not)."""
     async def one() -> str:
         writer = None
         try:
@@ -189,7 +189,7 @@ class Ghosts:
 
         from bench.harness.identities import cached_keys, many_keys_validator
         from protocols.keys import shard_of
-        from swarm.identity import owner_subkey, peer_id_of_key
+        from swarm.net.identity import owner_subkey, peer_id_of_key
         if near is None:
             keys = cached_keys(n)
         else:  # about shards × n keys hold n in one shard: draw more until they do (new keys are cached)

@@ -5,7 +5,7 @@ wraps hivemind's `DHTProtocol.rpc_find` / `rpc_store` at class level before any 
 fork of the process that starts it, so every DHT child then counts what it serves, in its own memory:
 requests, keys asked and response bytes (the protobuf payload, without libp2p's framing).
 `served(dht)` reads one child's counters. `time_reads(transport, log)` times each poll read of the
-transport (`swarm.dht.read_keys` through `DHT.run_coroutine`) from the request to its answer in the
+transport (`swarm.dht.peer.read_keys` through `DHT.run_coroutine`) from the request to its answer in the
 transport's process and logs [peer, seconds, keys asked, entries returned].
 
 What a key holder serves includes the routing part of every lookup (the nearest peers it names),
@@ -59,7 +59,7 @@ def served(dht) -> dict:
 
 def time_reads(transport, log: list) -> None:
     """Time every poll read of `transport` (appends [peer, seconds, keys, entries] to `log`)."""
-    from swarm.dht import read_keys
+    from swarm.dht.peer import read_keys
 
     dht = transport.dht
     run = dht.run_coroutine

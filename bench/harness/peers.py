@@ -68,7 +68,7 @@ def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Ra
 def worker(args) -> None:
     from bench.harness import dht_probe
     from swarm.config import SwarmConfig
-    from swarm.hivemind_transport import HivemindTransport
+    from swarm.exchange.hivemind import HivemindTransport
 
     dht_probe.install()  # before the first DHT: every DHT child of this worker counts what it serves
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],

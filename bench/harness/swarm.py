@@ -1,4 +1,4 @@
-"""The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.memory: the real
+"""The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.exchange.memory: the real
 encode, vet, receive rules and fan-in), one torch thread each, taking turns round by round — reproducible, so
 arms differ only in what they set. Used by the learning benches that compare a node in a swarm with one alone."""
 
@@ -10,7 +10,7 @@ import tempfile
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
-from swarm.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
 
 def run_swarm(configs: list[str], local: int | list[int], external: int | list[int], seed: int, rounds: int,

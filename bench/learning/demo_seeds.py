@@ -23,8 +23,8 @@ import yaml
 
 from bench.harness.output import results_dir, table, write_json
 from bench.harness.stats import interval
-from node.metrics import read_metrics
-from node.progress import Progress
+from node.books.metrics import read_metrics
+from node.books.progress import Progress
 
 RESULTS = results_dir("learning")
 
@@ -48,7 +48,7 @@ def run_seed(config: str, nodes: int, seed: int, rounds: int | None) -> dict:
         path = Path(tmp) / Path(config).name
         path.write_text(yaml.safe_dump(cfg))
         started = time.perf_counter()
-        cmd = [sys.executable, "-m", "node.cli", "local", "--nodes", str(nodes), "--config", str(path),
+        cmd = [sys.executable, "-m", "ops.cli", "local", "--nodes", str(nodes), "--config", str(path),
                "--out", f"{tmp}/run", "--control"] + (["--rounds", str(rounds)] if rounds else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode != 0:

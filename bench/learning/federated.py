@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.harness.models import model_cached
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
-from node.metrics import read_metrics
+from node.books.metrics import read_metrics
 
 RESULTS = results_dir("learning")
 
@@ -41,7 +41,7 @@ def run_swarm(config: str, out: Path, args) -> float:
     sets = [f"federated.tau={args.tau}", f"federated.pubswap.tau_swap={args.tau_swap}",
             f"federated.split.alpha={args.alpha}", f"eval.every={args.tau}", f"tasks.eval_size={args.eval_size}",
             f"model.spec={args.model}"]
-    cmd = [sys.executable, "-m", "node.cli", "local", "--nodes", str(args.nodes), "--config", config,
+    cmd = [sys.executable, "-m", "ops.cli", "local", "--nodes", str(args.nodes), "--config", config,
            "--rounds", str(args.rounds), "--out", str(out)] + [a for s in sets for a in ("--set", s)]
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -1,7 +1,7 @@
 """GEPO against GRPO and sequence-level IS under delay (HeteroRL, gepo paper §4), on the lab model.
 
 One learner (role learner, `run_learner_round`) trains on the records of K samplers (`sample_round`),
-all in one process on the in-memory twin of the transport (swarm.memory: the real encode, vet, decode
+all in one process on the in-memory twin of the transport (swarm.exchange.memory: the real encode, vet, decode
 and ingest path), one torch thread each, so a run is reproducible and the runs differ only in the
 loss and the staleness bound.
 
@@ -45,14 +45,14 @@ from bench.harness.output import pyplot, results_dir, save_figure, table, write_
 from bench.harness.stats import interval
 from losses.base import behaviour_view, masked_stats, row_mean, safe_exp
 from losses.gepo import gepo_log_weight
+from node.books.progress import Progress
 from node.config import load_config
 from node.heterorl.learner import run_learner_round
 from node.heterorl.sampler import sample_round
 from node.node import Node
-from node.progress import Progress
 from node.round.config import DelayConfig
 from node.round.delay import DelayModel
-from swarm.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
 RESULTS = results_dir("learning")
 

@@ -36,9 +36,9 @@ import time
 
 from bench.harness.options import parse_value
 from bench.harness.stats import summary
+from node.books.progress import Progress
 from node.config import load_config
 from node.node import Node
-from node.progress import Progress
 from node.runner import run
 
 

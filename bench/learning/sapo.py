@@ -7,7 +7,7 @@ per round (equal generation compute) and training on I of its own and J of its p
 as on-policy, and F-TIS), over several seeds.
 
 The nodes run in one process, one after another each round, on the in-memory twin of the
-transport (swarm.memory: the same receive rules and fan-in as the real one), each on one torch
+transport (swarm.exchange.memory: the same receive rules and fan-in as the real one), each on one torch
 thread — so runs are reproducible and the only thing that differs between configurations is I/J.
 A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
 
@@ -36,7 +36,7 @@ from bench.harness.options import parse_sets
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
-from node.progress import Progress
+from node.books.progress import Progress
 
 RESULTS = results_dir("learning")
 

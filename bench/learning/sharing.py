@@ -11,7 +11,7 @@ Arms (I own + J peers' groups trained per round, G groups generated per round, p
 
 Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
 nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
-in-memory twin of the transport (swarm.memory: the real receive rules and fan-in), one process and
+in-memory twin of the transport (swarm.exchange.memory: the real receive rules and fan-in), one process and
 one torch thread per swarm, so a run is deterministic; `--jobs` runs swarms side by side.
 
 Per run, mean over its nodes: held-out exact-match gain (after − before), overall and per task kind
@@ -161,7 +161,7 @@ def run_hivemind(job: dict) -> dict:
 
     import yaml
 
-    from node.metrics import read_metrics
+    from node.books.metrics import read_metrics
 
     i, j, g, special = job["arm_spec"]
     if special:
@@ -177,7 +177,7 @@ def run_hivemind(job: dict) -> dict:
         config.setdefault("tasks", {})["seed"] = 100 * job["seed"]
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = subprocess.run([sys.executable, "-m", "node.cli", "local", "--nodes", str(job["nodes"]), "--config",
+        proc = subprocess.run([sys.executable, "-m", "ops.cli", "local", "--nodes", str(job["nodes"]), "--config",
                                str(path), "--rounds", str(job["rounds"]), "--out", f"{tmp}/run", *args],
                               capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode != 0:

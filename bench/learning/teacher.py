@@ -148,7 +148,7 @@ def teacher_dir(spec: str, rounds: int) -> Path:
     done = root / "model"
     if (done / "config.json").is_file():
         return done
-    from node import checkpoint
+    from node.books import checkpoint
     from node.config import load_config
     from node.node import Node
     from node.round.loop import run_round

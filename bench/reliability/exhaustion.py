@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _transport(maddr: str, **kw):
     from swarm.config import SwarmConfig
-    from swarm.hivemind_transport import HivemindTransport
+    from swarm.exchange.hivemind import HivemindTransport
     return HivemindTransport(cfg=SwarmConfig(**{"enabled": True, "initial_peers": [maddr], "startup_timeout_s": 120,
                                                 "dht_timeout_s": 10, "poll_interval_s": 0.5, **kw}))
 
@@ -102,7 +102,7 @@ def bomber(args) -> None:
 
 
 def memory(args) -> dict:
-    from swarm.bootstrap import start_bootstrap
+    from swarm.dht.bootstrap import start_bootstrap
     boot, maddrs = start_bootstrap(startup_timeout_s=120)
     procs, series = {}, {}
     cmd = [sys.executable, "-m", "bench.reliability.exhaustion"]
@@ -148,7 +148,7 @@ def memory(args) -> dict:
 def shares(args) -> dict:
     from bench.harness.attacks import offer, publish_records
     from protocols.codec import encode_bundle
-    from swarm.bootstrap import start_bootstrap
+    from swarm.dht.bootstrap import start_bootstrap
     rows = []
     for h in (1, 2, 4):
         boot, maddrs = start_bootstrap(startup_timeout_s=120)

@@ -2,7 +2,7 @@
 
 A receiver verifies only a completion's final answer and trains the whole completion. The injector
 here is a peer that runs no model: each round it publishes, on the in-memory twin of the transport
-(swarm.memory: the real encode, vet, choose and decode path), `--groups` groups for tasks the
+(swarm.exchange.memory: the real encode, vet, choose and decode path), `--groups` groups for tasks the
 receiver allows (spell_backward as the receiver's config draws it, its own task stream) whose rows
 are
 
@@ -130,7 +130,7 @@ class Injector:
     def __init__(self, hub, receiver, prefix: str, seed: int, groups: int, correct: int):
         from node.tasks.config import TaskConfig
         from node.tasks.source import TaskSource
-        from swarm.memory import InMemoryTransport
+        from swarm.exchange.memory import InMemoryTransport
 
         cfg = receiver.cfg
         self.node, self.prefix, self.groups, self.correct = receiver, prefix, groups, correct
@@ -200,7 +200,7 @@ def run_one(job: dict) -> dict:
     from node.config import load_config
     from node.node import Node
     from node.round.loop import run_round
-    from swarm.memory import InMemoryHub, InMemoryTransport
+    from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
     torch.set_num_threads(1)
     seed, rounds = job["seed"], job["rounds"]

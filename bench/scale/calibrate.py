@@ -1,6 +1,6 @@
 """The simulation's costs, taken from the real code and the real measurements (docs/BENCHMARKS.md §7).
 
-    sizes      one lab-round bundle (bench.exchange.gossip's records → swarm.receive.make_bundle), its announcement,
+    sizes      one lab-round bundle (bench.exchange.gossip's records → swarm.exchange.receive.make_bundle), its announcement,
                and the signed DHT entry that carries it (hivemind's RSASignatureValidator on a fresh key)
     overhead   the processing delay per RPC, fitted so that the simulated 4-peer "latency, push" run of
                bench/exchange/gossip.py has the real run's publish → visible p50 (bench/results/exchange/gossip.json): two
@@ -32,7 +32,7 @@ def measure_costs(groups: int = 8) -> Costs:
     from hivemind.utils.serializer import MSGPackSerializer
 
     from bench.harness.peers import synthetic_records
-    from swarm.receive import make_bundle
+    from swarm.exchange.receive import make_bundle
 
     peer = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
     records = synthetic_records(peer, 3, random.Random(0), "rlswarm")[:groups]

@@ -1,4 +1,4 @@
-"""The poll plan of swarm/polling.py as it was before reads were paced (commit 1214f87), kept verbatim for the "before" rows of
+"""The poll plan of swarm/exchange/polling.py as it was before reads were paced (commit 1214f87), kept verbatim for the "before" rows of
 bench/scale/run.py: a key that held more than `max_entries_per_key` entries at its last read is read every
 ⌈entries / max_entries_per_key⌉-th tick, at most every MAX_STRIDE-th; a new window's key is read at once.
 Nothing in the swarm uses it."""
@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from protocols.keys import rollouts_key, window_of, windows_back
 from swarm.config import SwarmConfig
-from swarm.polling import CATCH_UP_PER_TICK, PREVIOUS_EVERY
+from swarm.exchange.polling import CATCH_UP_PER_TICK, PREVIOUS_EVERY
 
 MAX_STRIDE = 16  # a crowded key is still read at least every 16th tick (8 s at the default 0.5 s)
 

@@ -20,7 +20,7 @@ module only says what the network does:
     DHT       hivemind's Kademlia as configured by the project: a key's value lives on the
               `REPLICAS` (hivemind num_replicas = 5) reachable online peers XOR-nearest to its DHTID
               (hivemind's own DHTID.generate); a read with sufficient_expiration_time = inf (what
-              swarm.dht.read_keys asks) visits the whole beam, so every replica answers with the whole
+              swarm.dht.peer.read_keys asks) visits the whole beam, so every replica answers with the whole
               value: all entries under the key, each one signed entry of `entry_bytes`; a lookup takes
               ⌈log2(DHT peers) / 4⌉ hops at the mean path RTT; values over hivemind's 4 MiB RPC cap fail
 """
@@ -64,7 +64,7 @@ class Setting:
     warmup_s: float = 60.0
     measure_s: float = 60.0
     observers: int = 1000  # peers whose receive side runs in full (all of them when peers ≤ observers)
-    plan: str = "current"  # "current": swarm.polling.PollPlan; "legacy": its rule before reads were paced (bench.scale.legacy)
+    plan: str = "current"  # "current": swarm.exchange.polling.PollPlan; "legacy": its rule before reads were paced (bench.scale.legacy)
     seed: int = 0
     extra: dict = field(default_factory=dict, compare=False)  # free-form notes carried into the row
 

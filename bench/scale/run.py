@@ -8,7 +8,7 @@ junk bundles). Settings, one row each per N:
 
     before   the poll plan as it was before reads were paced (bench/scale/legacy.py: every key every 0.5 s
              tick, a crowded one every ⌈entries / 32⌉-th tick, at most every 16th), shards 4
-    after    swarm/polling.py now: a bounded number of DHT entries read per second, shards 4
+    after    swarm/exchange/polling.py now: a bounded number of DHT entries read per second, shards 4
     sized    `after` with docs/PROTOCOL.md §5's sizing table: shards = N / 64 (at least 4), a
              random 4 (1,000 peers) or 8 (10,000) of them read per tick
 

@@ -4,18 +4,18 @@ REAL (imported and called, not re-implemented):
     protocols.keys        window_of, shard_of, rollouts_key: which key an announcement goes under
     protocols.codec       encode_announcement (every announcement's bytes); encode_bundle once for the size
     swarm.config          SwarmConfig(...).limits(): the receive limits and fan-in budget
-    swarm.polling         PollPlan.keys / PollPlan.saw: which keys each poll tick reads, crowded keys less often
-    swarm.expiry          Expirations.next: the expiration of every DHT store
-    swarm.inbox           Inbox.offer (vetting: swarm.receive.vet_announcement, dedupe, backoff, candidate
+    swarm.exchange.polling         PollPlan.keys / PollPlan.saw: which keys each poll tick reads, crowded keys less often
+    swarm.dht.expiry          Expirations.next: the expiration of every DHT store
+    swarm.exchange.inbox           Inbox.offer (vetting: swarm.exchange.receive.vet_announcement, dedupe, backoff, candidate
                           caps), Inbox.choose (bounded fan-in, standing order, newcomer reserve), Inbox.claim
                           (a pushed bundle's offer), Inbox.settle / settle_fetched (delivery, failures → backoff),
-                          Inbox.take, Inbox.judge (swarm.standing), Inbox.known_peers (whom a publish notifies)
-    swarm.push            Pusher.targets: whom a client-mode peer offers its bundle to
+                          Inbox.take, Inbox.judge (swarm.exchange.standing), Inbox.known_peers (whom a publish notifies)
+    swarm.exchange.push            Pusher.targets: whom a client-mode peer offers its bundle to
 MODELLED (bench.scale.model): time (a simulated clock; each peer's clock is sim time + its skew), the
 network (latencies, bandwidth, who is online or reachable), the DHT's storage and lookups, the bundle's
 bytes (never encoded per publish: a fetched bundle is settled with its announced record count, skipping
-the decode of swarm.receive.open_bundle, which other benches measure), the node's ingest verdict (an
-honest peer's groups are used, a junk peer's all dropped), and the loop that swarm.hivemind_transport
+the decode of swarm.exchange.receive.open_bundle, which other benches measure), the node's ingest verdict (an
+honest peer's groups are used, a junk peer's all dropped), and the loop that swarm.exchange.hivemind
 runs on asyncio (poll, wait poll_interval_s or a push's wake, choose, fetch in ≤ 8 slots of which
 strangers hold ≤ 4).
 
@@ -47,10 +47,10 @@ from protocols.announce import encode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.records import Announcement
 from swarm.config import SwarmConfig
-from swarm.expiry import Expirations
-from swarm.inbox import Inbox
-from swarm.polling import PollPlan
-from swarm.push import Pusher
+from swarm.dht.expiry import Expirations
+from swarm.exchange.inbox import Inbox
+from swarm.exchange.polling import PollPlan
+from swarm.exchange.push import Pusher
 
 SLOTS, STRANGER_SLOTS = 8, 4  # swarm.config max_concurrent_fetches default, and half of it for strangers
 T0 = 1.78e9  # unix time at sim time 0
@@ -308,7 +308,7 @@ class Simulation:
                 self.transfer(node, src, taken, pushed=True)
             return
         if node.inbox.offer(value, signer, now=now):
-            self.choose(node)  # a push runs the fan-in choice, not a DHT read (swarm.handlers)
+            self.choose(node)  # a push runs the fan-in choice, not a DHT read (swarm.exchange.handlers)
 
     # ------------------------------------------------------------------ fan-in and fetches
     def choose(self, node: Node) -> None:

@@ -10,7 +10,7 @@ rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
                   and peers' responses to step k. k is the node's next step, or the newest step a
                   peer has published when that is ahead: a client that lags or joins late catches up.
   average         after every τ-th round: FedIT averaging of the LoRA tensors (A and B separately)
-                  with whichever peers join in time (swarm.averaging), optionally weighted by the
+                  with whichever peers join in time (swarm.weights.averaging), optionally weighted by the
                   samples trained since the last average; on success the optimizer state is reset
                   (as the paper) and the new weights are synced into the generator.
   FedProx         adds μ/2·‖θ − θ_round‖² over the LoRA tensors to every step's loss, θ_round =
@@ -158,7 +158,7 @@ class Federated:
         self.next_step = 0  # index of our next public step (PubSwap)
         self.averager = averager
         if self.averager is None and dht is not None:
-            from swarm.averaging import AdapterAverager
+            from swarm.weights.averaging import AdapterAverager
 
             self.averager = AdapterAverager(
                 self.tensors, dht, prefix=f"{swarm_id}_lora".replace(".", "_"), target_group_size=cfg.split.clients,

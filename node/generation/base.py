@@ -58,7 +58,7 @@ BACKENDS = {  # generation.backend → "module:class"; vLLM is an optional extra
 def generate_in_batches(generate_batch: Callable[[list[str], int], list[list[Completion]]], prompts: list[str],
                         n: int, max_batch_sequences: int, progress=None) -> GenerationResult:
     """`n` completions of each prompt, `max_batch_sequences // n` prompts (at least one) per `generate_batch`
-    call; `progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
+    call; `progress` (a node.books.progress.Progress over prompts), when given, advances after each batch."""
     start = time.perf_counter()
     per_call = max(1, max_batch_sequences // n)
     groups: list[list[Completion]] = []

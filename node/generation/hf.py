@@ -89,7 +89,7 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
-        """`progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
+        """`progress` (a node.books.progress.Progress over prompts), when given, advances after each batch."""
         if self.fallback is not None:
             return self.fallback.generate(prompts, n, progress)
         return generate_in_batches(self._generate_chunk, prompts, n, self.cfg.max_batch_sequences, progress)

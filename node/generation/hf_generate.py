@@ -37,7 +37,7 @@ class HFGenerateGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
-        """`progress` (a node.progress.Progress over prompts), when given, advances after each batch."""
+        """`progress` (a node.books.progress.Progress over prompts), when given, advances after each batch."""
         return generate_in_batches(self._generate_chunk, prompts, n, self.cfg.max_batch_sequences, progress)
 
     def _generate_chunk(self, prompts: list[str], n: int) -> list[list[Completion]]:

@@ -156,7 +156,7 @@ class VLLMGenerator:
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, prompts: list[str], n: int, progress=None) -> GenerationResult:
-        """One vLLM call for every prompt; `progress` (node.progress.Progress over prompts) is advanced when it returns."""
+        """One vLLM call for every prompt; `progress` (node.books.progress.Progress over prompts) is advanced when it returns."""
         from vllm import SamplingParams
 
         start = time.perf_counter()

@@ -15,7 +15,7 @@ from node.config import ConfigError, NodeConfig
 
 def role_sets(roles: list[str], names: list[str], bases: list[NodeConfig], out: Path) -> list[list[str]]:
     """Extra `--set` items per node (same order as `roles`)."""
-    from swarm.identity import load_or_create_identity, peer_id_of_key
+    from swarm.net.identity import load_or_create_identity, peer_id_of_key
 
     sets: list[list[str]] = [[] for _ in roles]
     learners = []

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from node.books.progress import Progress as StepProgress
 from node.models.builders import (
     init_causal_lm,
     save_model_dir,
@@ -51,7 +52,6 @@ from node.models.builders import (
     tiny_config,
     train_bpe,
 )
-from node.progress import Progress as StepProgress
 
 Progress = Callable[[str], None]
 

@@ -5,7 +5,7 @@ its records again under its own id (or send a node's own groups back to it). Not
 that if a receiver trains on each group once, whoever sends it: a group is named by its task and the
 multiset of its completion texts (`group_digest`), and a record whose group was already accepted —
 from any peer, or published by this node itself — is dropped as `duplicate`. A duplicate judges its
-sender neither way (swarm.standing): in a race the relayed copy may simply have arrived first.
+sender neither way (swarm.exchange.standing): in a race the relayed copy may simply have arrived first.
 
 Bounded: at most MAX_SEEN digests of 16 bytes, none older than the ingest horizon (ingest.max_age_s:
 an older record is dropped as stale anyway).

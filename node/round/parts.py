@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from node.books.metrics import EvalResult, MetricsLog
     from node.config import NodeConfig
     from node.generation.base import Generator
-    from node.metrics import EvalResult, MetricsLog
     from node.round.dedup import SeenGroups
     from node.round.select import SapoSelector
     from node.tasks.source import Task, TaskSource
@@ -73,7 +73,7 @@ class RoundParts:
     policy: PolicyState
     selector: SapoSelector
     seen_groups: SeenGroups
-    transport: Any  # swarm.memory.InMemoryTransport or swarm.hivemind_transport.HivemindTransport; None: no swarm
+    transport: Any  # swarm.exchange.memory.InMemoryTransport or swarm.exchange.hivemind.HivemindTransport; None: no swarm
     book: RoundBook
     federated: Any = None  # node.federated.mode.Federated in federated mode
     hetero: Any = None  # node.heterorl.state's SamplerState / LearnerState for those roles

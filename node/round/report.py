@@ -84,7 +84,7 @@ def round_metrics(parts: RoundParts, out: RoundOutcome, eval_accuracy: float | N
         "wire_bytes": out.wire_bytes,
         "bytes_downloaded": out.gathered.bytes,
         "peers_seen": out.gathered.peers_seen,
-        # standing of the peers seen (swarm.standing): good ones are waited for and fetched first
+        # standing of the peers seen (swarm.exchange.standing): good ones are waited for and fetched first
         "peers_good": out.gathered.standing.get("good", 0),
         "peers_new": out.gathered.standing.get("new", 0),
         "peers_backoff": out.gathered.standing.get("backoff", 0),

@@ -79,7 +79,7 @@ class Gathered:
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
     by_peer: dict[str, PeerTally] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
-    refused: dict[str, int] = field(default_factory=dict)  # what the transport refused (swarm.receive.Delivery)
+    refused: dict[str, int] = field(default_factory=dict)  # what the transport refused (swarm.exchange.receive.Delivery)
 
     def __add__(self, other: Gathered) -> Gathered:
         drops = Counter(self.drops)
@@ -145,7 +145,7 @@ def gather(parts: RoundParts) -> Gathered:
     Never lockstep: the round takes what has arrived. It waits (at most swarm.wait_s) only while
     the pool holds fewer than select.external_groups usable groups and a peer in good standing —
     one whose records this node used recently and which has failed nothing since
-    (swarm.standing) — has delivered nothing since the last round. A node alone does not wait,
+    (swarm.exchange.standing) — has delivered nothing since the last round. A node alone does not wait,
     nor does one whose only peers are ghosts, peers that never serve, or peers whose every record
     is dropped. Pooled groups older than ingest.max_age_s are pruned first.
     """

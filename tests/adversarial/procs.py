@@ -1,6 +1,6 @@
 """Real `swarm bootstrap` and `swarm node` processes for the process-lifetime tests.
 
-Everything is started as `python -m node.cli …` from the repository root (the code under test),
+Everything is started as `python -m ops.cli …` from the repository root (the code under test),
 and `Launched.cleanup()` SIGKILLs whatever a test leaves behind, found by psutil (independent
 of the code under test), so a failing test does not leak p2pd daemons into the session.
 """
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=kw.pop("timeout", 240), **kw)
 
 
@@ -30,7 +30,7 @@ class Launched:
 
     def start(self, args: list[str], log: Path) -> subprocess.Popen:
         with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "node.cli", *args], cwd=ROOT, stdout=fh,
+            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args], cwd=ROOT, stdout=fh,
                                     stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from node import checkpoint
+from node.books import checkpoint
 
 
 def _flip(path: Path, offset: int | None = None) -> None:
@@ -74,7 +74,7 @@ def test_corrupt_newest_falls_back_to_the_previous(tmp_path, tiny_qwen, kind, ca
     _, snapshots = _two_checkpoints(tmp_path, tiny_qwen)
     CORRUPTIONS[kind](tmp_path / "round-00000001")
     fresh, opt = _model_and_opt(tiny_qwen)
-    with caplog.at_level(logging.WARNING, logger="node.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="node.books.checkpoint"):
         restored = checkpoint.restore(tmp_path, model=fresh.model, optimizer=opt)
     assert restored is not None and (restored.round, restored.policy_version) == (0, 0)
     for k, v in fresh.model.state_dict().items():

@@ -90,7 +90,7 @@ def test_local_rounds_0_is_refused(tmp_path):
 def test_every_listed_user_error_exists():
     import importlib
 
-    from node.cli.errors import USER_ERRORS
+    from ops.cli.errors import USER_ERRORS
 
     for module, name in USER_ERRORS:
         assert issubclass(getattr(importlib.import_module(module), name), Exception), (module, name)

@@ -1,5 +1,5 @@
 """A hostile peer must not turn a node into its dialler, nor its DHT reads into a storm, nor hide its peers behind
-unsigned DHT entries (docs/PROTOCOL.md §5, §6.1, swarm.dial, swarm.dht), over real hivemind peers on 127.0.0.1.
+unsigned DHT entries (docs/PROTOCOL.md §5, §6.1, swarm.net.dial, swarm.dht.peer), over real hivemind peers on 127.0.0.1.
 Each test failed before the bound it checks:
 
   dial amplification  identities naming an address of their choosing had every receiver dial it on every fetch
@@ -26,10 +26,10 @@ from bench.harness.attacks import Ghosts, announcement, flood_unsigned
 from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle
 from protocols.keys import window_of
-from swarm import wire
-from swarm.bootstrap import start_bootstrap
-from swarm.fetch import notify
-from swarm.hivemind_transport import HivemindTransport
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange import wire
+from swarm.exchange.fetch import notify
+from swarm.exchange.hivemind import HivemindTransport
 from tests.adversarial.test_exhaustion import _meet, _wait, record
 from tests.integration.conftest import peer_config
 

@@ -37,9 +37,9 @@ from protocols.records import (
     SamplingInfo,
     TaskRef,
 )
-from swarm.bootstrap import start_bootstrap
-from swarm.hivemind_transport import HivemindTransport
-from swarm.receive import Delivery, decoded_bytes
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
+from swarm.exchange.receive import Delivery, decoded_bytes
 from tests.integration.conftest import peer_config
 
 pytestmark = pytest.mark.integration

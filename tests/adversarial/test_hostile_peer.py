@@ -27,9 +27,9 @@ from protocols.records import (
     SamplingInfo,
     TaskRef,
 )
-from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
 from tests.adversarial.procs import cli
 
 pytestmark = pytest.mark.integration

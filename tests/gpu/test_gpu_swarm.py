@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from node.metrics import read_metrics
+from node.books.metrics import read_metrics
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _swarm(*args: str, timeout: int = 900) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=ROOT, env=env, text=True,
+    proc = subprocess.run([sys.executable, "-m", "ops.cli", *args], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=timeout)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

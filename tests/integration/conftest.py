@@ -16,11 +16,11 @@ from contextlib import contextmanager
 
 import pytest
 
-from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
-from swarm.local import start_bootstrap as start_bootstrap_process
-from swarm.local import stop_all
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
+from swarm.host.local import start_bootstrap as start_bootstrap_process
+from swarm.host.local import stop_all
 
 
 def peer_config(initial_peers: list[str], **overrides) -> SwarmConfig:

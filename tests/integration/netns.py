@@ -1,7 +1,7 @@
 """Hosts for network tests: Linux network namespaces on one virtual switch, made and removed by the test.
 
     with Hosts(["boot", "a", "b"], subnet="10.231.7") as hosts:   # 10.231.7.1, .2, .3
-        proc = hosts.popen("a", [sys.executable, "-m", "node.cli", ...], stdout=...)
+        proc = hosts.popen("a", [sys.executable, "-m", "ops.cli", ...], stdout=...)
 
 A namespace `<tag>sw` holds a bridge; each host is a namespace with its own loopback and one veth
 (`eth0`) plugged into that bridge, so the hosts reach each other at their addresses and nothing

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from hivemind.p2p import P2P, PeerID
 
-from swarm.hivemind_transport import HivemindTransport
+from swarm.exchange.hivemind import HivemindTransport
 from tests.integration.conftest import peer_config, transport_swarm
 from tests.integration.test_hivemind_transport import _record, _take_until
 from tests.integration.test_open_swarm import (

@@ -5,7 +5,7 @@ expire later still. Before: a learner whose clock was once an hour fast stored i
 with expiration now + 1 h + ttl, and every later announcement (expiring at now + ttl) was refused until
 that one expired — 11 stores refused; a rollout announcement made after the clock stepped back within a
 window was refused the same way. Now each store under a key expires later than the entry the DHT holds
-for us (swarm.expiry), so the newest announcement is the one the DHT serves.
+for us (swarm.dht.expiry), so the newest announcement is the one the DHT serves.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from protocols.announce import decode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.weights import decode_weight_announcement, weights_key
-from swarm.hivemind_weights import HivemindWeights
+from swarm.weights.hivemind import HivemindWeights
 from tests.unit.test_transport_memory import _record
 
 pytestmark = pytest.mark.integration

@@ -84,7 +84,7 @@ def test_dashboard_of_a_live_two_node_swarm_in_chromium(tmp_path):
     out, log = tmp_path / "run", tmp_path / "local.log"
     dash_port, metrics_port = _free_ports(1), _free_ports(2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "node.cli", "local", "--nodes", "2", "--config", "examples/tiny-swarm.yaml",
+        [sys.executable, "-m", "ops.cli", "local", "--nodes", "2", "--config", "examples/tiny-swarm.yaml",
          "--rounds", "1000", "--out", str(out), "--dashboard", str(dash_port),
          "--set", f"metrics.prometheus_port={metrics_port}", "--set", "eval.every=2"],
         cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=open(log, "w"), stderr=subprocess.STDOUT,

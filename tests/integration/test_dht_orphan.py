@@ -4,10 +4,10 @@ gone within seconds without the orphan watchdog.
 Before (hivemind's DHT as it is): the child read its broken request pipe and printed "Process DHT-1:
 … EOFError", or, when the kill landed mid-request, logged "ConnectionResetError" with its traceback and
 then kept running (with its p2pd) until something stopped it — 3 kills of 5 printed a traceback in
-this test's setting. swarm.dht.QuietOrphanDHT asks the kernel for SIGTERM when its parent dies and
+this test's setting. swarm.dht.peer.QuietOrphanDHT asks the kernel for SIGTERM when its parent dies and
 drops what the broken pipe makes hivemind log once it is an orphan.
 
-The process killed here starts the DHT as a node does (swarm.dht.start_swarm_dht) and sends it requests
+The process killed here starts the DHT as a node does (swarm.dht.peer.start_swarm_dht) and sends it requests
 without pause, so that kills land both between and inside requests.
 """
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 from swarm.config import SwarmConfig
-from swarm.dht import start_swarm_dht
+from swarm.dht.peer import start_swarm_dht
 dht, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[], startup_timeout_s=60))
 print("ready", flush=True)
 while True:

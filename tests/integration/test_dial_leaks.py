@@ -4,7 +4,7 @@
 hivemind's `ControlClient.stream_open` (behind `call_binary_stream_handler`) leaves its connection to
 p2pd's control socket open when the daemon answers with an error (a peer that cannot be dialled: a
 ghost, a peer that left); the unclosed StreamWriter is collected later by whatever thread runs the GC,
-and asyncio's `__del__` then races the loop thread and prints a traceback. `swarm.dial.open_stream`
+and asyncio's `__del__` then races the loop thread and prints a traceback. `swarm.net.dial.open_stream`
 closes it. Real p2pd, one process, no bootstrap.
 """
 
@@ -17,7 +17,7 @@ import warnings
 import pytest
 from hivemind.p2p import P2P, PeerID
 
-from swarm.dial import Unreachable, open_stream
+from swarm.net.dial import Unreachable, open_stream
 
 pytestmark = pytest.mark.integration
 GHOST = "QmNnooDu7bfjPFoTZYxMNLWUQJyrVwtbZg5gBMjTezGAJN"  # a well-formed peer id nobody serves
@@ -40,7 +40,7 @@ async def _try(p2p: P2P, ours: bool) -> None:
             pass
 
 
-@pytest.mark.parametrize("ours", [True, False], ids=["swarm.dial.open_stream", "hivemind-alone (control)"])
+@pytest.mark.parametrize("ours", [True, False], ids=["swarm.net.dial.open_stream", "hivemind-alone (control)"])
 def test_a_failed_stream_open_leaves_no_connection_open(ours):
     async def run() -> int:
         p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])

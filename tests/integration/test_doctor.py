@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swarm.hivemind_transport import HivemindTransport
+from swarm.exchange.hivemind import HivemindTransport
 from tests.integration.conftest import peer_config, transport_swarm
 from tests.integration.test_hivemind_transport import _record
 
@@ -28,7 +28,7 @@ def swarm2():
 
 
 def _doctor(maddrs: list[str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.cli", "doctor", "--initial-peers", maddrs[0],
+    return subprocess.run([sys.executable, "-m", "ops.cli", "doctor", "--initial-peers", maddrs[0],
                            "--listen", "3", *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
@@ -67,7 +67,7 @@ def test_a_wrong_swarm_id(swarm2):
 
 
 def test_no_initial_peers_and_an_unreachable_bootstrap():
-    proc = subprocess.run([sys.executable, "-m", "node.cli", "doctor"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "ops.cli", "doctor"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1 and "no initial peers" in proc.stdout
     with socket.socket() as s:

@@ -1,4 +1,4 @@
-"""Adapter averaging between real hivemind peers on 127.0.0.1 (swarm.averaging over the nodes' DHTs).
+"""Adapter averaging between real hivemind peers on 127.0.0.1 (swarm.weights.averaging over the nodes' DHTs).
 
 1. Three peers with tiny-qwen2 LoRA adapters (same seeded init, then perturbed differently)
    average with weights 1, 2, 3: afterwards every peer holds Σ w_n θ_n / Σ w_n for every adapter
@@ -22,7 +22,7 @@ import torch
 
 from node.models.config import LoraSpec, ModelConfig
 from node.models.load import load_model
-from swarm.averaging import AdapterAverager
+from swarm.weights.averaging import AdapterAverager
 
 pytestmark = pytest.mark.integration
 TOL = 1e-6
@@ -87,7 +87,7 @@ KILLED_PEER = """
 import sys, time, torch
 from hivemind import DHT
 from hivemind.utils import get_dht_time
-from swarm.averaging import AdapterAverager
+from swarm.weights.averaging import AdapterAverager
 dht = DHT(start=True, initial_peers=[sys.argv[1]], host_maddrs=["/ip4/127.0.0.1/tcp/0"], startup_timeout=60)
 avg = AdapterAverager([torch.zeros(6, 4), torch.zeros(5)], dht, prefix="test_killed", target_group_size=3,
                       matchmaking_time_s=4.0, request_timeout_s=2.0, allreduce_timeout_s=20.0)
@@ -135,7 +135,7 @@ def test_swarm_local_runs_the_pubswap_example_end_to_end(tmp_path):
     sets = ["model.spec=tiny-qwen2", "federated.tau=2", "federated.matchmaking_time_s=4",
             "generation.prompts_per_round=2", "generation.group_size=4", "generation.max_new_tokens=8",
             "eval.every=0", "select.drop_zero_advantage=false"]
-    cmd = [sys.executable, "-m", "node.cli", "local", "--nodes", "3", "--config",
+    cmd = [sys.executable, "-m", "ops.cli", "local", "--nodes", "3", "--config",
            "examples/federated/pubswap-balanced.yaml", "--rounds", "2", "--out", str(tmp_path)]
     proc = subprocess.run(cmd + [a for s in sets for a in ("--set", s)], capture_output=True, text=True,
                           timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -19,9 +19,9 @@ import pytest
 from node.config import parse_config
 from node.node import Node
 from node.round.loop import run_round
-from swarm.bootstrap import start_bootstrap
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
+from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.hivemind import HivemindTransport
 from tests.adversarial.hostile import honest_record
 
 pytestmark = pytest.mark.integration

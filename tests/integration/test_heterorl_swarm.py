@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swarm.local import Child, start_node
+from swarm.host.local import Child, start_node
 from tests.integration.test_open_swarm import _rows
 
 pytestmark = pytest.mark.integration
@@ -126,7 +126,7 @@ def test_a_learner_without_a_swarm_is_one_line_and_exit_2(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "--config", "examples/heterorl/lab.yaml",
+    out = subprocess.run([sys.executable, "-m", "ops.cli", "node", "--config", "examples/heterorl/lab.yaml",
                           "--rounds", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]

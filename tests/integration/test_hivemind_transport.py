@@ -25,10 +25,10 @@ from protocols.records import (
     TaskRef,
 )
 from swarm.config import SwarmConfig
-from swarm.dht import BootstrapUnreachable
-from swarm.hivemind_transport import HivemindTransport
-from swarm.identity import load_or_create_identity, peer_id_of_key
-from swarm.transport import Delivery
+from swarm.dht.peer import BootstrapUnreachable
+from swarm.exchange.hivemind import HivemindTransport
+from swarm.exchange.transport import Delivery
+from swarm.net.identity import load_or_create_identity, peer_id_of_key
 from tests.integration.conftest import peer_config
 
 pytestmark = pytest.mark.integration
@@ -231,7 +231,7 @@ async def _routing_table_peers(_dht, node) -> list[str]:
 
 
 def test_a_node_started_while_its_bootstrap_is_down_joins_when_it_comes_back(tmp_path):
-    """hivemind dials the initial peers once; swarm.dht starts the DHT again until startup_timeout_s is spent."""
+    """hivemind dials the initial peers once; swarm.dht.peer starts the DHT again until startup_timeout_s is spent."""
     import socket
     import threading
 
@@ -241,7 +241,7 @@ def test_a_node_started_while_its_bootstrap_is_down_joins_when_it_comes_back(tmp
     key_path = tmp_path / "bootstrap.key"
     key, _ = load_or_create_identity(str(key_path))
     maddr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of_key(key)}"
-    code = ("from swarm.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/%d'], "
+    code = ("from swarm.dht.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/%d'], "
             "announce_maddrs=[], identity_path=%r, startup_timeout_s=60, swarm_id='rlswarm')" % (port, str(key_path)))
     procs: list[subprocess.Popen] = []
     timer = threading.Timer(4.0, lambda: procs.append(subprocess.Popen(
@@ -269,7 +269,7 @@ def test_a_node_started_while_its_bootstrap_is_down_joins_when_it_comes_back(tmp
 
 
 def test_bootstrap_process_prints_addresses_and_stops_on_sigterm():
-    code = ("from swarm.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/0'], "
+    code = ("from swarm.dht.bootstrap import run_bootstrap; run_bootstrap(host_maddrs=['/ip4/127.0.0.1/tcp/0'], "
             "announce_maddrs=[], identity_path=None, startup_timeout_s=60, swarm_id='rlswarm')")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, cwd=Path(__file__).resolve().parents[2])

@@ -155,7 +155,7 @@ from protocols.records import (  # noqa: E402
     TaskRef,
 )
 from swarm.config import SwarmConfig  # noqa: E402
-from swarm.hivemind_transport import HivemindTransport  # noqa: E402
+from swarm.exchange.hivemind import HivemindTransport  # noqa: E402
 
 FP = "0f" * 32
 

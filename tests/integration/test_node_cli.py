@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from node.metrics import read_metrics
+from node.books.metrics import read_metrics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REQUIRED = {"round", "reward_mean", "accuracy", "groups_local", "groups_external
 
 
 def swarm(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=kw.pop("timeout", 300), **kw)
 
 
@@ -43,7 +43,7 @@ def test_sigkill_then_restart_resumes_from_the_last_checkpoint(tmp_path):
     out = tmp_path / "run"
     args = ["node", "--config", "examples/tiny-solo.yaml", "--rounds", "40", "--out", str(out),
             "--set", "checkpoint.keep=3", "--set", "eval.every=0"]
-    proc = subprocess.Popen([sys.executable, "-m", "node.cli", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = out / "checkpoints"
     deadline = time.time() + 240

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.cli.network import read_peers
-from swarm.local import stop_all
+from ops.cli.network import read_peers
+from swarm.host.local import stop_all
 from tests.integration.conftest import peer_config
 from tests.integration.test_hivemind_transport import _record, _take_until
 
@@ -27,11 +27,11 @@ def _free_port() -> int:
 
 
 def test_dns_announced_bootstrap_and_peers_exchange_through_a_peers_file(tmp_path):
-    from swarm.hivemind_transport import HivemindTransport
-    from swarm.local import Child
+    from swarm.exchange.hivemind import HivemindTransport
+    from swarm.host.local import Child
 
     port, peers_file = _free_port(), tmp_path / "peers.txt"
-    cmd = [sys.executable, "-m", "node.cli", "bootstrap", "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}",
+    cmd = [sys.executable, "-m", "ops.cli", "bootstrap", "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}",
            "--announce-maddrs", f"/dns4/localhost/tcp/{port}", "--identity", str(tmp_path / "boot.key"),
            "--swarm-id", "onboarding", "--maddrs-file", str(peers_file)]
     log = tmp_path / "bootstrap.log"
@@ -60,7 +60,7 @@ def test_dns_announced_bootstrap_and_peers_exchange_through_a_peers_file(tmp_pat
 
 
 def test_cuda_asked_for_on_a_machine_without_one_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "node.cli", "node", "--config", "examples/tiny-solo.yaml",
+    proc = subprocess.run([sys.executable, "-m", "ops.cli", "node", "--config", "examples/tiny-solo.yaml",
                            "--set", "train.device=cuda", "--out", str(tmp_path / "run")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     import torch

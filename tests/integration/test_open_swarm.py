@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.metrics import read_metrics
-from swarm.local import Child, start_node, stop_all
+from node.books.metrics import read_metrics
+from swarm.host.local import Child, start_node, stop_all
 
 pytestmark = pytest.mark.integration
 

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from node.cli.network import read_peers
-from node.metrics import read_metrics
-from swarm.local import Child, stop_all
+from node.books.metrics import read_metrics
+from ops.cli.network import read_peers
+from swarm.host.local import Child, stop_all
 from tests.integration.netns import Hosts
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "node.cli"]
+CLI = [sys.executable, "-m", "ops.cli"]
 EXCHANGE_TIMEOUT_S = 300  # both nodes' start (torch, the model, p2pd) and a few rounds, on a busy 2-core machine
 
 Launch = Callable[[str, list[str], Path], subprocess.Popen]  # (host, command, log) → process

@@ -22,7 +22,7 @@ CHILD = r"""
 import asyncio, gc, logging, sys, time
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 from swarm.config import SwarmConfig
-from swarm.hivemind_transport import HivemindTransport
+from swarm.exchange.hivemind import HivemindTransport
 
 HivemindTransport.STOP_TIMEOUT_S = 1.0
 t = HivemindTransport(cfg=SwarmConfig(enabled=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], poll_interval_s=0.2))

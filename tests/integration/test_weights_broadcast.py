@@ -9,8 +9,8 @@ import time
 import pytest
 
 from protocols.weights import weights_key
-from swarm.hivemind_weights import HivemindWeights
-from swarm.weights import WeightLimits, make_weight_announcement
+from swarm.weights.channel import WeightLimits, make_weight_announcement
+from swarm.weights.hivemind import HivemindWeights
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from protocols.addrs import MAX_ADDRS, MAX_CHARS, decode_addrs, encode_addrs
 from protocols.announce import decode_announcement, encode_announcement
 from protocols.codec import RecordError, sha256_hex
 from protocols.records import Announcement
-from swarm.transport import Inbox, Limits
+from swarm.exchange.transport import Inbox, Limits
 
 PEER = "QmPublisher"
 T0 = 1_700_000_000.0

@@ -104,9 +104,9 @@ def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monke
     pkg = tmp_path / "node"
     (pkg / "cli").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "cli" / "__init__.py").write_text("from node.cli.main import main\n")
-    (pkg / "cli" / "main.py").write_text("def main():\n    from node.cli.doctor import run\n")
-    (pkg / "cli" / "doctor.py").write_text("def run():\n    from node.cli import network\n")
+    (pkg / "cli" / "__init__.py").write_text("from ops.cli.main import main\n")
+    (pkg / "cli" / "main.py").write_text("def main():\n    from ops.cli.doctor import run\n")
+    (pkg / "cli" / "doctor.py").write_text("def run():\n    from ops.cli import network\n")
     (pkg / "cli" / "network.py").write_text("")
     (pkg / "state.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from node.node import Node\n")
     (pkg / "node.py").write_text("from node.state import x\n")
@@ -114,14 +114,14 @@ def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monke
     monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("node",))
     assert find_cycle(import_graph()) is None  # what the check saw before it followed TYPE_CHECKING and packages
     assert find_cycle(import_graph(type_checking=True)) == ["node.node", "node.state", "node.node"]
-    assert find_cycle(import_graph(packages=True)) == ["node.cli", "node.cli.main", "node.cli.doctor", "node.cli"]
+    assert find_cycle(import_graph(packages=True)) == ["ops.cli", "ops.cli.main", "ops.cli.doctor", "ops.cli"]
 
 
 def test_nothing_below_the_node_imports_it():
     """Inside node/ only the top-level modules (node.runner, ...) and the operator's commands, which start a
     node, may import node.node: the round, federated and HeteroRL packages read node.round.parts.RoundParts,
     so no arrow runs back up from them (imports under TYPE_CHECKING included)."""
-    starts_a_node = ("node.cli.",)
+    starts_a_node = ("ops.cli.",)
     bad = sorted(m for m, deps in import_graph(type_checking=True).items()
                  if "node.node" in deps and m.count(".") > 1 and m.startswith("node.") and not m.startswith(starts_a_node))
     assert not bad, f"modules below node.node that import it: {bad}"
@@ -144,7 +144,7 @@ def test_only_swarm_runs_hivemind_and_asyncio():
     assert not offenders
 
 
-@pytest.mark.parametrize("module", ["node.config", "node.cli", "losses", "losses.config", "swarm.config"])
+@pytest.mark.parametrize("module", ["node.config", "ops.cli", "losses", "losses.config", "swarm.config"])
 def test_configs_and_cli_import_without_torch(module):
     code = (f"import sys, {module}; heavy = [m for m in ('torch', 'transformers', 'hivemind', 'reasoning_gym') "
             "if m in sys.modules]; print(','.join(heavy))")

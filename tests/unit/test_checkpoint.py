@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from node import checkpoint
+from node.books import checkpoint
 from node.models.config import LoraSpec, ModelConfig
 from node.models.load import load_model
 

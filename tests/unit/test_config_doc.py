@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from node.cli.config_doc import render
+from ops.cli.config_doc import render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
 

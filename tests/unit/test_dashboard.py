@@ -1,4 +1,4 @@
-"""node.dashboard without a browser: the snapshot of run dirs (series, peers table, config with secrets hidden),
+"""ops.dashboard without a browser: the snapshot of run dirs (series, peers table, config with secrets hidden),
 the read-only server, the CLI's one-line errors, and the per-peer tallies behind the peers table."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from node.cli.main import main
-from node.dashboard.server import Dashboard
-from node.dashboard.state import HIDDEN, Snapshots, node_facts, redact
-from node.metrics import MetricsConfig, MetricsLog, Prom
+from node.books.metrics import MetricsConfig, MetricsLog, Prom
 from node.round.steps import PeerTally, by_peer, merge_by_peer
+from ops.cli.main import main
+from ops.dashboard.server import Dashboard
+from ops.dashboard.state import HIDDEN, Snapshots, node_facts, redact
 
 PEER = "QmPeerOne"
 
@@ -108,7 +108,7 @@ def test_server_is_read_only_and_serves_only_its_files(run_dir):
 
 
 def test_bound_to_this_machine_by_default(tmp_path):
-    from node.cli.main import build_parser
+    from ops.cli.main import build_parser
 
     args = build_parser().parse_args(["dashboard", str(tmp_path)])
     assert (args.host, args.port) == ("127.0.0.1", 8050)

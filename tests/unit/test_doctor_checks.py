@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from node.cli import doctor
 from node.config import ConfigError
-from swarm.doctor import CLOCK_TOLERANCE_S, _clock_check, _private
+from ops.cli import doctor
+from swarm.host.doctor import CLOCK_TOLERANCE_S, _clock_check, _private
 
 BOOT = "/ip4/127.0.0.1/tcp/31337/p2p/QmbootstrapPeerId1"
 

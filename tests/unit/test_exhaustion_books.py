@@ -21,12 +21,12 @@ from protocols.records import (
     SamplingInfo,
     TaskRef,
 )
-from swarm.admission import Admission, ServedBook
-from swarm.dht import OwnedEntriesValidator, read_keys
-from swarm.dial import BURST, DialPolicy
-from swarm.inbox import NOTIFY_STRANGERS
-from swarm.pending import Pending
-from swarm.transport import Inbox, Limits, make_bundle
+from swarm.dht.peer import OwnedEntriesValidator, read_keys
+from swarm.exchange.admission import Admission, ServedBook
+from swarm.exchange.inbox import NOTIFY_STRANGERS
+from swarm.exchange.pending import Pending
+from swarm.exchange.transport import Inbox, Limits, make_bundle
+from swarm.net.dial import BURST, DialPolicy
 
 T0 = 1_700_000_000.0
 
@@ -271,7 +271,7 @@ def test_the_swarms_keys_refuse_unsigned_entries_on_store_and_read():
 
 
 def test_a_senders_dht_requests_are_served_within_its_budget():
-    from swarm.dht_budget import SenderBudget
+    from swarm.dht.budget import SenderBudget
     clock = [0.0]
     budget = SenderBudget(rate=64, burst=512, clock=lambda: clock[0])
     assert [budget.spend("flooder", 250) for _ in range(4)] == [True, True, False, False]  # a burst, then nothing

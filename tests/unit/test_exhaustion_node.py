@@ -15,9 +15,7 @@ import dataclasses
 import json
 from collections import Counter
 
-from node.dashboard.server import host_allowed
-from node.dashboard.state import MAX_PEER_ROWS, SECRET_KEY, peer_rows
-from node.metrics import (
+from node.books.metrics import (
     MAX_LINE_BYTES,
     MAX_PEER_SERIES,
     MAX_PEER_STATS,
@@ -32,7 +30,9 @@ from node.round.config import IngestConfig
 from node.round.dedup import SeenGroups, group_digest
 from node.round.ingest import ingest
 from node.round.steps import verdicts
-from swarm.weights import WeightBook, WeightLimits, make_weight_announcement
+from ops.dashboard.server import host_allowed
+from ops.dashboard.state import MAX_PEER_ROWS, SECRET_KEY, peer_rows
+from swarm.weights.channel import WeightBook, WeightLimits, make_weight_announcement
 from tests.adversarial.hostile import honest_record, task_source
 
 L1 = "QmTrainerA" + "a" * 30

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node import checkpoint
-from node.cli.main import main
+from node.books import checkpoint
 from node.models.config import LoraSpec, ModelConfig
 from node.models.load import load_model
+from ops.cli.main import main
 
 
 def _train_a_little(model) -> None:

@@ -14,7 +14,7 @@ from node.federated.mode import Federated, FederatedTasks, build_public_groups
 from node.round.groups import Group, advantages
 from node.tasks.config import DatasetSpec, TaskConfig
 from protocols.records import Completion
-from swarm.averaging import AverageResult
+from swarm.weights.averaging import AverageResult
 
 FAMILIES = [DatasetSpec(name="chain_sum", config={"min_terms": 2, "max_terms": 2, "min_digits": d, "max_digits": d})
             for d in (1, 2, 3)]
@@ -177,7 +177,7 @@ def test_federated_examples_are_four_client_lora_configs(name, algorithm):
 
 
 def test_progress_line_reports_public_steps_and_averaging():
-    from node.metrics import progress_line
+    from node.books.metrics import progress_line
 
     base = dict(node="n", round=3, reward_mean=0.1, accuracy=0.1, groups_local=2, groups_external=0,
                 tokens_per_s=5.0, round_s=1.0)

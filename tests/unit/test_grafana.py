@@ -47,7 +47,7 @@ def metric_names(expr: str) -> set[str]:
 
 def defined_metrics() -> set[str]:
     """Every sample name the node's Prom registry can export (counters as *_total, histograms' series)."""
-    from node.metrics import Prom
+    from node.books.metrics import Prom
 
     names = set()
     for metric in Prom("x").registry.collect():
@@ -134,7 +134,7 @@ def test_every_query_reads_metrics_the_node_defines():
     for expr in queries(dashboard()):
         names = metric_names(expr)
         assert names, expr
-        assert names <= defined, f"{expr}: {sorted(names - defined)} not defined in node/metrics.py"
+        assert names <= defined, f"{expr}: {sorted(names - defined)} not defined in node/books/metrics.py"
 
 
 def test_metric_name_parser():

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from node.cli.local import SAMPLER_ROUNDS, _node_plan
 from node.config import ConfigError
-from swarm.identity import load_or_create_identity, peer_id_of_key
+from ops.cli.local import SAMPLER_ROUNDS, _node_plan
+from swarm.net.identity import load_or_create_identity, peer_id_of_key
 
 
 def _args(tmp_path, **kw) -> argparse.Namespace:

@@ -18,7 +18,7 @@ from node.round.config import DelayConfig
 from node.round.delay import DelayLine, DelayModel
 from protocols.codec import RecordError
 from protocols.weights import WeightAnnouncement, decode_weight_announcement, encode_weight_announcement
-from swarm.weights import InMemoryWeightHub, InMemoryWeights, WeightBook, WeightLimits, make_weight_announcement
+from swarm.weights.channel import InMemoryWeightHub, InMemoryWeights, WeightBook, WeightLimits, make_weight_announcement
 
 L1, L2, EVE = "QmTrainerA" + "a" * 30, "QmTrainerB" + "b" * 30, "QmEve" + "e" * 36
 

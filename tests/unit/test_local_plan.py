@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from node.cli.local import _node_plan, _ports
+from ops.cli.local import _node_plan, _ports
 
 
 def _plan(*sets: str, nodes: int = 3):

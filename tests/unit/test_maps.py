@@ -114,9 +114,9 @@ def test_every_path_and_name_the_docs_give_exists():
 
 
 def test_the_reference_checks_can_fail():
-    assert resolves("swarm.polling.PollPlan") and resolves("swarm.polling.PollPlan.keys") and resolves("swarm.wait_s")
+    assert resolves("swarm.exchange.polling.PollPlan") and resolves("swarm.exchange.polling.PollPlan.keys") and resolves("swarm.wait_s")
     assert resolves("protocols.announce.encode_announcement") and resolves("node.json")
     assert not resolves("protocols.codec.encode_announcement")  # it lives in protocols.announce
-    assert resolves("node.generation.hf.HFGenerator") and not resolves("node.generation.HFGenerator") and not resolves("swarm.polling.PollPlan.gone")
+    assert resolves("node.generation.hf.HFGenerator") and not resolves("node.generation.HFGenerator") and not resolves("swarm.exchange.polling.PollPlan.gone")
     assert not resolves("swarm.not_a_key") and not written_by_a_bench("bench/results/speed/never_written.json")
     assert written_by_a_bench("bench/results/speed/gpu.json") and not written_by_a_bench("bench/results/learning/gpu.json")

@@ -72,7 +72,7 @@ def test_checkpointing_only_when_the_micro_batch_would_not_fit(model):
 
 def test_a_node_resolves_auto_once_at_start_and_prints_it(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "node.cli", "node", "--config", "examples/tiny-solo.yaml",
+    proc = subprocess.run([sys.executable, "-m", "ops.cli", "node", "--config", "examples/tiny-solo.yaml",
                            "--rounds", "1", "--out", str(tmp_path / "run"), "--set", "train.micro_batch_rows=auto",
                            "--set", "train.gradient_checkpointing=auto", "--set", "generation.backend=auto"],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=600)

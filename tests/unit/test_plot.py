@@ -8,8 +8,8 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from node.cli.main import main
-from node.cli.plot import _runs, ema, figure
+from ops.cli.main import main
+from ops.cli.plot import _runs, ema, figure
 
 
 def _write_run(d, node: str, rounds: int = 12, eval_every: int = 4, peers: bool = True) -> None:

@@ -1,9 +1,9 @@
-"""node.progress: k/N, elapsed and ETA lines for long work; silent for work that ends quickly."""
+"""node.books.progress: k/N, elapsed and ETA lines for long work; silent for work that ends quickly."""
 
 import io
 
-from node import progress as P
-from node.progress import Progress, clock, line
+from node.books import progress as P
+from node.books.progress import Progress, clock, line
 
 
 def test_line_has_k_of_n_elapsed_and_eta():

@@ -1,6 +1,6 @@
 """Client mode's pieces without a network: a pushed bundle under the receiver's fan-in budget
-(Inbox.claim), the push and info frames (swarm.wire), peers files and the network flags of
-`swarm node` (node.cli.network), and the swarm config's NAT options."""
+(Inbox.claim), the push and info frames (swarm.exchange.wire), peers files and the network flags of
+`swarm node` (ops.cli.network), and the swarm config's NAT options."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from node.cli import network
 from node.config import ConfigError
+from ops.cli import network
 from protocols.records import (
     Completion,
     ModelInfo,
@@ -20,9 +20,9 @@ from protocols.records import (
     TaskRef,
 )
 from swarm.config import SwarmConfig
-from swarm.dht import network_options
-from swarm.transport import Inbox, Limits, make_bundle
-from swarm.wire import (
+from swarm.dht.peer import network_options
+from swarm.exchange.transport import Inbox, Limits, make_bundle
+from swarm.exchange.wire import (
     FetchError,
     accept_push,
     decline_push,

@@ -9,10 +9,10 @@ import pytest
 
 import protocols.announce
 import protocols.keys
-import swarm.expiry
-import swarm.inbox
-import swarm.polling
-import swarm.push
+import swarm.dht.expiry
+import swarm.exchange.inbox
+import swarm.exchange.polling
+import swarm.exchange.push
 from bench.scale import sim as simmod
 from bench.scale.model import REPLICAS, Costs, DHTModel, Setting, make_world
 from bench.scale.report import Tally
@@ -90,26 +90,26 @@ def spies(monkeypatch):
             return real(*a, **kw)
         monkeypatch.setattr(owner, name, wrapper)
     for name in ("offer", "claim", "choose", "settle", "settle_fetched", "take", "judge", "known_peers"):
-        spy(swarm.inbox.Inbox, name)
-    spy(swarm.inbox, "vet_announcement")  # what Inbox.offer / claim vet with
-    spy(swarm.polling.PollPlan, "keys")
-    spy(swarm.polling.PollPlan, "saw")
-    spy(swarm.expiry.Expirations, "next")
-    spy(swarm.push.Pusher, "targets")
+        spy(swarm.exchange.inbox.Inbox, name)
+    spy(swarm.exchange.inbox, "vet_announcement")  # what Inbox.offer / claim vet with
+    spy(swarm.exchange.polling.PollPlan, "keys")
+    spy(swarm.exchange.polling.PollPlan, "saw")
+    spy(swarm.dht.expiry.Expirations, "next")
+    spy(swarm.exchange.push.Pusher, "targets")
     return calls
 
 
 def test_the_simulation_drives_the_projects_own_exchange_code(spies):
     # the simulator uses the project's objects themselves, not copies
-    assert simmod.Inbox is swarm.inbox.Inbox and simmod.PollPlan is swarm.polling.PollPlan
-    assert simmod.Expirations is swarm.expiry.Expirations and simmod.Pusher is swarm.push.Pusher
+    assert simmod.Inbox is swarm.exchange.inbox.Inbox and simmod.PollPlan is swarm.exchange.polling.PollPlan
+    assert simmod.Expirations is swarm.dht.expiry.Expirations and simmod.Pusher is swarm.exchange.push.Pusher
     assert simmod.encode_announcement is protocols.announce.encode_announcement
     assert (simmod.window_of, simmod.shard_of, simmod.rollouts_key) == (
         protocols.keys.window_of, protocols.keys.shard_of, protocols.keys.rollouts_key)
     sim = simmod.Simulation(small(peers=20, nat=0.3, hostile=0.1, churn=True), COSTS)
     sim.run()
     for name in ("Inbox.offer", "Inbox.claim", "Inbox.choose", "Inbox.settle", "Inbox.settle_fetched", "Inbox.take",
-                 "Inbox.judge", "Inbox.known_peers", "swarm.inbox.vet_announcement", "PollPlan.keys", "PollPlan.saw",
+                 "Inbox.judge", "Inbox.known_peers", "swarm.exchange.inbox.vet_announcement", "PollPlan.keys", "PollPlan.saw",
                  "Expirations.next", "Pusher.targets"):
         assert spies[name] > 0, f"the simulation no longer calls {name}"
     drops = sim.tally.drops

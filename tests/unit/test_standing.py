@@ -26,10 +26,10 @@ from protocols.codec import encode_bundle, sha256_hex
 from protocols.keys import rollouts_key, shard_of
 from protocols.keys import window_of
 from swarm.config import SwarmConfig
-from swarm.memory import InMemoryHub, InMemoryTransport
-from swarm.polling import PollPlan
-from swarm.standing import Standing
-from swarm.transport import Limits, make_bundle
+from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.polling import PollPlan
+from swarm.exchange.standing import Standing
+from swarm.exchange.transport import Limits, make_bundle
 from tests.adversarial.hostile import honest_record
 from tests.unit.test_transport_memory import Clock, _announce_raw, _record
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.metrics import MetricsConfig, MetricsLog
-from node.tracking import TrackingError, scalars_of
+from node.books.metrics import MetricsConfig, MetricsLog
+from node.books.tracking import TrackingError, scalars_of
 
 LINES = [{"node": "n0", "round": r, "reward_mean": 0.1 * r, "accuracy": 0.5, "eval_accuracy": None,
           "groups_local": 4, "groups_external": r, "external_peers": ["p"], "loss": -0.01 * r, "kl_beh": 0.001,

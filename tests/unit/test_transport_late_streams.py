@@ -15,7 +15,7 @@ from hivemind.p2p.p2p_daemon_bindings.datastructures import PeerID, StreamInfo
 from hivemind.p2p.p2p_daemon_bindings.utils import write_pbmsg
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarm.transport_loop import quiet_late_streams
+from swarm.exchange.loop import quiet_late_streams
 
 
 def _stream_for_a_removed_handler(handler) -> None:

@@ -1,4 +1,4 @@
-"""The exchange by swarm time on the in-memory twin (swarm.memory): the receive rules, the fan-in
+"""The exchange by swarm time on the in-memory twin (swarm.exchange.memory): the receive rules, the fan-in
 choice and `take` that every transport shares — dedupe, late joiners, bounded waits, drops by
 reason, quotas, fairness, pushes."""
 
@@ -28,8 +28,8 @@ from protocols.records import (
     SamplingInfo,
     TaskRef,
 )
-from swarm.memory import InMemoryHub, InMemoryTransport
-from swarm.transport import Limits, make_bundle, vet_announcement
+from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.transport import Limits, make_bundle, vet_announcement
 
 FP = "cd" * 32
 T0 = 1_700_000_000.0

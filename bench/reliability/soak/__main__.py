@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     (out / "soak.marker").write_text("bench/reliability/soak/__main__.py\n")
-    cli = [sys.executable, "-m", "node.cli"]
+    cli = [sys.executable, "-m", "ops.cli"]
     port = free_port()
     boot = Role("bootstrap", cli + ["bootstrap", "--host-maddrs", f"/ip4/127.0.0.1/tcp/{port}", "--identity",
                                     str(out / "bootstrap.key"), "--swarm-id", SWARM_ID], out / "bootstrap.log")

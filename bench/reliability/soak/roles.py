@@ -29,8 +29,8 @@ import time
 def _transport(args):
     """A transport joined to the swarm; a hostile peer that finds the bootstrap down tries again (≤ 10 min)."""
     from swarm.config import SwarmConfig
-    from swarm.dht import BootstrapUnreachable
-    from swarm.hivemind_transport import HivemindTransport
+    from swarm.dht.peer import BootstrapUnreachable
+    from swarm.exchange.hivemind import HivemindTransport
 
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer], startup_timeout_s=60,
                       dht_timeout_s=10)

@@ -68,7 +68,7 @@ def run_arm(name: str, n_honest: int, n_sybils: int, windows: int, warmup: int, 
     """Warm-up windows with the established honest peers alone (the victim learns whom it uses), then the
     sybils (if any) start and one more honest peer joins (a newcomer under the flood), then the measured
     windows."""
-    from swarm.bootstrap import start_bootstrap
+    from swarm.dht.bootstrap import start_bootstrap
 
     boot, maddrs = start_bootstrap(startup_timeout_s=180)
     swarm_id = f"sybil-{name}-{int(time.time())}"

@@ -54,7 +54,7 @@ def _stdin_lines() -> threading.Event:
 def honest(args) -> None:
     from bench.harness.peers import synthetic_records
     from swarm.config import SwarmConfig
-    from swarm.hivemind_transport import HivemindTransport
+    from swarm.exchange.hivemind import HivemindTransport
 
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer], startup_timeout_s=180)
     peers = [HivemindTransport(cfg=cfg) for _ in range(args.n)]
@@ -105,7 +105,7 @@ def sybils(args) -> None:
     from hivemind import DHT
 
     from protocols.keys import window_of
-    from swarm.identity import owner_subkey, peer_id_of_key
+    from swarm.net.identity import owner_subkey, peer_id_of_key
 
     started = time.monotonic()
     keys = cached_keys(args.n)
@@ -147,7 +147,7 @@ def victim(args) -> None:
     import psutil
 
     from swarm.config import SwarmConfig
-    from swarm.hivemind_transport import HivemindTransport
+    from swarm.exchange.hivemind import HivemindTransport
 
     listed = json.loads(Path(args.honest_ids).read_text())
     honest_ids, late_ids = set(listed), set(listed[len(listed) - args.late:])

@@ -1,0 +1,378 @@
+"""Per-round metrics: a JSONL log (read by `swarm plot` and bench/), a prometheus-client
+`/metrics` endpoint (off unless a port is configured), one readable console line per round, and
+the trackers of `report_to` (TensorBoard, Weights & Biases: node.books.tracking).
+
+Each JSONL line is flushed and fsync'd as it is written, so a `kill -9` loses no finished
+round. Every start marks the first line it writes: `"start": "fresh"` or `"start": "resumed"` with
+`"start_from"` (the checkpoint, the first line also marked `"resumed": true`); a resume first removes
+the lines of the rounds it will run again (written after its checkpoint), so each round has one line
+(readers also keep the last line per round, as older runs may hold two). A line is at most
+MAX_LINE_BYTES, its per-peer table at most MAX_PEER_STATS peers, and the Prometheus series per peer
+at most MAX_PEER_SERIES peers (whatever identities peers make up).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from node.books.tracking import build_trackers, scalars_of
+
+MAX_PEER_STATS = 32  # peers named in one metrics line's peer_stats (the others summed under OTHER_PEERS)
+OTHER_PEERS = "(others)"
+MAX_PEER_SERIES = 64  # peers with Prometheus series of their own
+PEER_SERIES_S = 900.0  # a peer's series are removed once it was not seen for this long
+MAX_LINE_BYTES = 64 << 10  # a metrics line is never longer (bounded_line)
+
+
+@dataclass
+class EvalResult:
+    """One held-out evaluation: each item's fraction of correct samples (and, where given, its mean
+    verifier score: partial credit, which moves before exact matches do for a weak model)."""
+
+    per_item: list[float]
+    per_item_score: list[float] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)  # each item's task kind (node.tasks.source.task_label)
+
+    def by_label(self) -> dict[str, float]:
+        """Accuracy per task kind (e.g. per difficulty band), when the held-out mix has more than one."""
+        groups: dict[str, list[float]] = {}
+        for label, acc in zip(self.labels, self.per_item):
+            groups.setdefault(label, []).append(acc)
+        return {k: statistics.fmean(v) for k, v in sorted(groups.items())} if len(groups) > 1 else {}
+
+    @property
+    def score(self) -> float:
+        """Mean verifier score over items (nan when not recorded)."""
+        return statistics.fmean(self.per_item_score) if self.per_item_score else float("nan")
+
+    @property
+    def accuracy(self) -> float:
+        return statistics.fmean(self.per_item) if self.per_item else float("nan")
+
+    @property
+    def se(self) -> float:
+        """Standard error of the accuracy over items (std of the per-item means / √N)."""
+        n = len(self.per_item)
+        return statistics.stdev(self.per_item) / math.sqrt(n) if n > 1 else float("nan")
+
+
+class MetricsConfig(BaseModel):
+    """Where metrics go."""
+
+    model_config = ConfigDict(extra="forbid")
+    prometheus_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve /metrics on this port (null = off; 0 = any free)."
+    )
+    prometheus_host: str = Field("127.0.0.1", description="Address /metrics binds to.")
+    console: bool = Field(True, description="Print one progress line per round.")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list, description="Experiment trackers fed every metrics line (optional extras "
+        "`.[tensorboard]`, `.[wandb]`; README).")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard log dir; null = OUT/tensorboard.")
+    wandb_project: str = Field("rlswarm", min_length=1, description="W&B project; each node is one run in it.")
+    wandb_mode: Literal["online", "offline"] | None = Field(
+        None, description="W&B mode; offline needs no network (`wandb sync` later); null = WANDB_MODE or online.")
+
+
+class Prom:
+    """The node's prometheus metrics, on a registry of its own (several nodes per process in tests)."""
+
+    def __init__(self, node: str):
+        r = self.registry = CollectorRegistry()
+        lab = ["node"]
+        self.node = node
+        self.rounds = Counter("swarm_rounds_total", "Rounds completed", lab, registry=r)
+        self.reward = Gauge("swarm_reward_mean", "Mean reward of own completions", lab, registry=r)
+        self.accuracy = Gauge("swarm_accuracy", "Fraction of own completions fully correct", lab, registry=r)
+        self.eval_accuracy = Gauge("swarm_eval_accuracy", "Held-out accuracy (before round 0: the baseline's)", lab,
+                                   registry=r)
+        self.eval_before = Gauge("swarm_eval_accuracy_before", "Held-out accuracy before training", lab, registry=r)
+        self.info = Gauge("swarm_node_info", "1, with the node's peer id and model", lab + ["peer_id", "model"],
+                          registry=r)
+        self.published = Counter("swarm_rollouts_published_total", "Groups published", lab, registry=r)
+        self.received = Counter("swarm_rollouts_received_total", "External groups accepted", lab, registry=r)
+        self.dropped = Counter(
+            "swarm_records_dropped_total", "Records dropped", lab + ["reason"], registry=r
+        )
+        self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
+        self.refused = Counter("swarm_refused_total", "Streams refused, bundles declined and announced addresses not "
+                               "dialled (<handler>:<why>, served:repeat, dial:<why>)", lab + ["what"], registry=r)
+        self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
+        self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
+        self.peers = Gauge("swarm_peers", "Peers seen, by standing (good: waited for and fetched first; new; "
+                           "backoff)", lab + ["state"], registry=r)
+        self.downloaded = Counter("swarm_bytes_downloaded_total", "Bundle bytes fetched from peers", lab, registry=r)
+        self.skipped = Counter("swarm_announcements_skipped_total", "Valid announcements not fetched (fan-in budget)",
+                               lab, registry=r)
+        self.step_s = Gauge("swarm_step_seconds", "Train step seconds", lab, registry=r)
+        self.tokens_per_s = Gauge("swarm_generation_tokens_per_second", "Generation tokens/s", lab, registry=r)
+        self.is_mean = Gauge("swarm_is_weight_mean", "Mean importance weight", lab, registry=r)
+        self.is_max = Gauge("swarm_is_weight_max", "Max importance weight", lab, registry=r)
+        # what `swarm plot` and the dashboard draw (ops.dashboard; deploy/grafana)
+        self.eval_se = Gauge("swarm_eval_accuracy_se", "Standard error of the held-out accuracy", lab, registry=r)
+        self.loss = Gauge("swarm_loss", "Training loss of the round's step", lab, registry=r)
+        self.kl = Gauge("swarm_kl_to_sampler", "k3 estimate of KL(sampler || policy) on own / peers' tokens",
+                        lab + ["source"], registry=r)
+        self.trained = Gauge("swarm_groups_trained", "Groups trained on in the round, own / peers'", lab + ["source"],
+                             registry=r)
+        self.is_ext = Gauge("swarm_is_weight_external", "Mean importance weight on peers' rows", lab, registry=r)
+        peer = lab + ["peer"]
+        self.peer_received = Counter("swarm_peer_groups_received_total", "Peer's groups accepted", peer, registry=r)
+        self.peer_used = Counter("swarm_peer_groups_used_total", "Peer's groups trained on", peer, registry=r)
+        self.peer_dropped = Counter("swarm_peer_records_dropped_total", "Peer's records dropped", peer + ["reason"],
+                                    registry=r)
+        self._peer_series: OrderedDict[str, tuple[float, set]] = OrderedDict()  # peer → (last seen, its label sets)
+        self.peer_seen = Gauge("swarm_peer_last_seen_timestamp_seconds", "When the peer's records last arrived",
+                               peer, registry=r)
+        self.peer_model = Gauge("swarm_peer_info", "1 per peer, with the model its records name", peer + ["model"],
+                                registry=r)
+
+    def identify(self, peer_id: str, model: str) -> None:
+        self.info.labels(self.node, peer_id, model[:64]).set(1)
+
+    def serve(self, port: int, host: str) -> int:
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_port
+
+    def observe(self, m: dict[str, Any]) -> None:
+        n = self.node
+        self.rounds.labels(n).inc()
+        if m.get("reward_mean") is not None:  # None: a learner that received nothing this round
+            self.reward.labels(n).set(m["reward_mean"])
+            self.accuracy.labels(n).set(m["accuracy"])
+        if m.get("eval_accuracy_before") is not None:  # the baseline: the held-out panel has a point from round 0
+            self.eval_before.labels(n).set(m["eval_accuracy_before"])
+            self.eval_accuracy.labels(n).set(m["eval_accuracy_before"])
+            if m.get("eval_se_before") is not None:
+                self.eval_se.labels(n).set(m["eval_se_before"])
+        if m.get("eval_accuracy") is not None:
+            self.eval_accuracy.labels(n).set(m["eval_accuracy"])
+        self.published.labels(n).inc(m.get("groups_published", 0))
+        self.received.labels(n).inc(m.get("groups_received", 0))
+        for reason, count in m.get("drops", {}).items():
+            self.dropped.labels(n, reason).inc(count)
+        for what, count in (m.get("refused") or {}).items():
+            self.refused.labels(n, what).inc(count)
+        self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
+        if m.get("gather_s") is not None:
+            self.gather_latency.labels(n).observe(m["gather_s"])
+        self.peers_seen.labels(n).set(m.get("peers_seen", 0))
+        for state in ("good", "new", "backoff"):
+            self.peers.labels(n, state).set(m.get(f"peers_{state}", 0))
+        self.downloaded.labels(n).inc(m.get("bytes_downloaded", 0))
+        self.skipped.labels(n).inc(m.get("fanin_skipped", 0))
+        self.step_s.labels(n).set(m["step_s"])
+        self.tokens_per_s.labels(n).set(m["tokens_per_s"])
+        self.is_mean.labels(n).set(m.get("is_weight_mean", 1.0))
+        self.is_max.labels(n).set(m.get("is_weight_max", 1.0))
+        self._observe_plot(m)
+
+    def _observe_plot(self, m: dict[str, Any]) -> None:
+        n = self.node
+        if m.get("eval_se") is not None:
+            self.eval_se.labels(n).set(m["eval_se"])
+        if m.get("rows_trained"):
+            self.loss.labels(n).set(m.get("loss", 0.0))
+            for source, key in (("own", "kl_beh_local"), ("peers", "kl_beh_external")):
+                if m.get(key) is not None and (source == "own" or m.get("groups_external")):
+                    self.kl.labels(n, source).set(m[key])
+        self.trained.labels(n, "own").set(m.get("groups_local", 0))
+        self.trained.labels(n, "peers").set(m.get("groups_external", 0))
+        if m.get("groups_external") and m.get("is_weight_external") is not None:
+            self.is_ext.labels(n).set(m["is_weight_external"])
+        now = m.get("time", 0.0)
+        for peer, st in (m.get("peer_stats") or {}).items():
+            if peer == OTHER_PEERS:
+                continue  # the sum of the peers a metrics line leaves out (bounded_peer_stats): no series of its own
+            series = self._peer_entry(peer, now)
+            self.peer_received.labels(n, peer).inc(st.get("received", 0))
+            self.peer_used.labels(n, peer).inc(st.get("used", 0))
+            for reason, count in st.get("dropped", {}).items():
+                self.peer_dropped.labels(n, peer, reason).inc(count)
+                series.add((self.peer_dropped, (n, peer, reason)))
+            if st.get("received") or st.get("dropped"):
+                self.peer_seen.labels(n, peer).set(now)
+            if st.get("model") and not any(metric is self.peer_model for metric, _ in series):
+                model = str(st["model"])[:64]  # one series per peer, whatever it sends later
+                self.peer_model.labels(n, peer, model).set(1)
+                series.add((self.peer_model, (n, peer, model)))
+
+    def _peer_entry(self, peer: str, now: float) -> set:
+        """The label sets of `peer`'s series, marked seen now; the series of peers not seen within PEER_SERIES_S, and
+        beyond MAX_PEER_SERIES those seen least recently, are removed (identities are free: /metrics stays bounded)."""
+        _, series = self._peer_series.pop(peer, (now, None))
+        if series is None:
+            series = {(metric, (self.node, peer)) for metric in
+                      (self.peer_received, self.peer_used, self.peer_seen)}
+        self._peer_series[peer] = (now, series)
+        while self._peer_series and (len(self._peer_series) > MAX_PEER_SERIES
+                                     or next(iter(self._peer_series.values()))[0] < now - PEER_SERIES_S):
+            _, (_, old) = self._peer_series.popitem(last=False)
+            for metric, labels in old:
+                try:
+                    metric.remove(*labels)
+                except KeyError:  # never set
+                    pass
+        return series
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Atomically: a reader (`swarm dashboard`) sees the old file or the new one, never half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+class MetricsLog:
+    """metrics.jsonl, /metrics, the console line and the trackers; also, for `swarm dashboard` (ops.dashboard),
+    the run dir's config.json (the resolved config) and node.json (the node's name, peer id and model)."""
+
+    def __init__(self, out_dir: Path, node: str, cfg: MetricsConfig, stream: TextIO = sys.stdout,
+                 run_config: dict[str, Any] | None = None, identity: dict[str, Any] | None = None):
+        self.path = out_dir / "metrics.jsonl"
+        self.cfg = cfg
+        self.stream = stream
+        self.prom = Prom(node)
+        self.port = self.prom.serve(cfg.prometheus_port, cfg.prometheus_host) if cfg.prometheus_port is not None else None
+        self.trackers = build_trackers(cfg, out_dir, node, run_config)
+        if run_config is not None:
+            write_json(out_dir / "config.json", run_config)
+        if identity is not None:  # {"name", "peer_id" (null without a swarm), "model"}
+            write_json(out_dir / "node.json", identity)
+            if identity.get("peer_id"):
+                self.prom.identify(identity["peer_id"], str(identity.get("model") or ""))
+        self._start: dict[str, Any] = {"start": "fresh"}
+
+    def mark_resumed(self, checkpoint: str = "", next_round: int | None = None) -> None:
+        """The next line starts a resumed run. Lines of rounds from `next_round` on (written after the checkpoint
+        this run resumes from, by a process killed before its next checkpoint) are removed first, and so is a
+        line cut short by the kill: those rounds are run again, and each round keeps one line."""
+        self._start = {"start": "resumed", "start_from": checkpoint, "resumed": True}
+        if next_round is None or not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line)["round"] < next_round:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):  # cut short by the kill (or not a line of ours)
+                continue
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.path)
+
+    def write(self, m: dict[str, Any]) -> None:
+        if self._start:
+            m = {**m, **self._start}
+            self._start = {}
+        m = {**m, "peer_stats": bounded_peer_stats(m.get("peer_stats"))} if m.get("peer_stats") else m
+        line = bounded_line(m)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.prom.observe(m)
+        if self.trackers:
+            scalars = scalars_of(m)
+            for t in self.trackers:
+                t.log(m["round"], scalars, m.get("time"))
+        if self.cfg.console:
+            print(progress_line(m), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
+        self.trackers = []
+
+
+def bounded_peer_stats(stats: dict[str, dict]) -> dict[str, dict]:
+    """A round's per-peer tallies as a metrics line keeps them: the MAX_PEER_STATS most active peers, and the rest
+    summed under OTHER_PEERS (with "peers": how many) — peers are free identities, a line must stay bounded."""
+    if len(stats) <= MAX_PEER_STATS:
+        return stats
+
+    def activity(item) -> tuple:
+        st = item[1]
+        return (-(st.get("used") or 0), -(st.get("received") or 0), -sum((st.get("dropped") or {}).values()))
+    ranked = sorted(stats.items(), key=activity)
+    rest = ranked[MAX_PEER_STATS:]
+    dropped: dict[str, int] = {}
+    for _, st in rest:
+        for reason, n in (st.get("dropped") or {}).items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    other = {"model": "", "received": sum(st.get("received") or 0 for _, st in rest),
+             "used": sum(st.get("used") or 0 for _, st in rest), "dropped": dropped, "peers": len(rest)}
+    return {**dict(ranked[:MAX_PEER_STATS]), OTHER_PEERS: other}
+
+
+def bounded_line(m: dict[str, Any]) -> str:
+    """The JSON line of `m`, at most MAX_LINE_BYTES: a line that would be longer (a bug, or a field a peer could
+    fill) keeps its numbers and loses its per-peer table and every long string, and says so (`truncated`)."""
+    line = json.dumps(m, sort_keys=True)
+    if len(line.encode()) <= MAX_LINE_BYTES:
+        return line
+    short = {k: (v[:256] if isinstance(v, str) else v) for k, v in m.items()
+             if not isinstance(v, (dict, list)) or len(json.dumps(v)) <= 4096}
+    short["truncated"] = sorted(set(m) - set(short))
+    line = json.dumps(short, sort_keys=True)
+    return line if len(line.encode()) <= MAX_LINE_BYTES else json.dumps(
+        {k: short[k] for k in ("node", "round", "time", "truncated") if k in short}, sort_keys=True)
+
+
+def progress_line(m: dict[str, Any]) -> str:
+    ev = m.get("eval_accuracy")
+    parts = [
+        f"[{m['node']}] round {m['round']:>4}",
+        f"reward {m['reward_mean']:.3f}" if m.get("reward_mean") is not None else "reward   -  ",
+        f"acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else "acc   -  ",
+        f"eval {ev:.3f}" if ev is not None else "eval   -  ",
+        f"groups {m['groups_local']}+{m['groups_external']}",
+        f"loss {m['loss']:+.4f}" if m.get("rows_trained") else "no step    ",
+        f"{m['tokens_per_s']:.0f} tok/s",
+        f"round {m['round_s']:.1f}s",
+    ]
+    if m.get("weights_loaded"):
+        parts.append(f"weights v{m['weights_version']} loaded")
+    if m.get("staleness_max") is not None:
+        parts.append(f"staleness p50 {m['staleness_p50']} max {m['staleness_max']}")
+    if m.get("public"):
+        parts.append("public step")
+    if "avg_averaged" in m:  # federated averaging boundary
+        parts.append(f"averaged with {m['avg_group_size'] - 1} peers, drift {m['avg_drift']:.3f}"
+                     if m["avg_averaged"] else "averaging failed")
+    if m.get("peers_backoff") or m.get("peers_new"):  # standing, when not every peer seen is in good standing
+        parts.append(f"peers {m.get('peers_good', 0)} good / {m.get('peers_new', 0)} new / "
+                     f"{m.get('peers_backoff', 0)} backed off")
+    if m.get("peer_groups_note"):
+        parts.append(f"no peer groups: {m['peer_groups_note']}")
+    drops = sum(m.get("drops", {}).values())
+    if drops:
+        parts.append(f"dropped {drops}")
+    return " | ".join(parts)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The last line per round, in round order (rounds re-run after a resume supersede)."""
+    by_round: dict[int, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            m = json.loads(line)
+            by_round[m["round"]] = m
+    return [by_round[r] for r in sorted(by_round)]

@@ -1,0 +1,18 @@
+"""Exchange: how records travel between peers — the interface the node calls, the receive rules, the Inbox,
+the two transports and the streams under the real one.
+
+  transport  the Transport interface the node calls, and InboxFront: the calls answered from the Inbox
+  receive    the receive rules as pure functions: limits, vetting, opening a bundle
+  inbox      the receiver's book: candidates, fan-in with per-peer shares, standing, delivery
+  pending    decoded records waiting for the next round, bounded in bytes
+  standing   per-peer standing: whom a round waits for, whose bundles come first, who is backed off
+  polling    which DHT keys each poll reads, and how often a crowded one is read
+  memory     an in-memory twin of the transport for unit tests
+  hivemind   the real one: DHT announcements + libp2p bundle streams
+  handlers   the streams it answers (bundle, notify, push, info)
+  admission  streams per peer and in all, download slots, bundles served per requester
+  fetch      fetching one announced bundle, and notifying a peer of an announcement
+  push       pushing our bundle to chosen peers, and receiving a peer's push
+  wire       the bundle stream's framing (serve and fetch)
+  loop       the transport's asyncio loop: its exception handler, emptied before it closes
+"""

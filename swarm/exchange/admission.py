@@ -1,0 +1,159 @@
+"""How many streams of one kind a node handles at once, and for whom (docs/PROTOCOL.md §6.5).
+
+Any peer may open streams to a node, and identities are free, so every stream handler admits a
+stream before it reads a byte of it: at most `per_peer` at once from one peer, at most `total` at
+once from everyone, of which peers not in good standing (swarm.exchange.standing) hold at most half — so
+however many identities open streams, the peers whose bundles this node uses keep half the
+handler. A stream not admitted is closed at once and counted (`refused`). Serving adds a book of
+what each requester fetched: one requester is served the same bundle at most `repeats` times
+within max_age_s (a receiver fetches a bundle once; a digest is public, and re-fetching it without
+end is how a peer would spend a publisher's upload). Bounded: at most `max_requesters` requesters are
+remembered (the oldest forgotten first). All of it runs on the transport's event loop (one thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+MAX_BUNDLES_PER_REQUESTER = 256  # bundles remembered per requester (the oldest forgotten first)
+
+
+class Admission:
+    """Streams of one handler in flight, per peer and in all (module docstring)."""
+
+    def __init__(self, *, per_peer: int, total: int, is_good: Callable[[str], bool]):
+        self.per_peer, self.total, self.is_good = per_peer, total, is_good
+        self._open: Counter = Counter()  # peer → streams in flight
+        self._strangers = 0  # of which from peers not in good standing
+        self.refused: Counter = Counter()  # why streams were refused: per_peer / total / strangers
+
+    def _why_not(self, peer: str, stranger: bool) -> str | None:
+        if self._open[peer] >= self.per_peer:
+            return "per_peer"
+        if sum(self._open.values()) >= self.total:
+            return "total"
+        if stranger and self._strangers >= max(1, self.total // 2):
+            return "strangers"
+        return None
+
+    @contextmanager
+    def admit(self, peer: str) -> Iterator[bool]:
+        """`with admission.admit(peer) as ok:` — ok False: refused (counted); the stream is to be closed."""
+        stranger = not self.is_good(peer)
+        why = self._why_not(peer, stranger)
+        if why is not None:
+            self.refused[why] += 1
+            yield False
+            return
+        self._open[peer] += 1
+        self._strangers += stranger
+        try:
+            yield True
+        finally:
+            self._open[peer] -= 1
+            if not self._open[peer]:
+                del self._open[peer]
+            self._strangers -= stranger
+
+
+class ServedBook:
+    """Which bundles each requester was served within max_age_s (module docstring)."""
+
+    def __init__(self, *, repeats: int = 2, max_age_s: float = 600.0, max_requesters: int = 4096,
+                 clock: Callable[[], float] = time.time):
+        self.repeats, self.max_age_s, self.max_requesters, self.clock = repeats, max_age_s, max_requesters, clock
+        self._served: OrderedDict[str, dict[str, tuple[int, float]]] = OrderedDict()  # requester → sha → (n, first)
+        self.refused = 0
+
+    def allow(self, requester: str, sha256: str) -> bool:
+        """Count one serve of `sha256` to `requester`; False (counted) when it already had its repeats."""
+        now = self.clock()
+        book = self._served.pop(requester, {})
+        book = {s: v for s, v in book.items() if now - v[1] < self.max_age_s}
+        n, first = book.get(sha256, (0, now))
+        ok = n < self.repeats
+        if ok:
+            book[sha256] = (n + 1, first)
+            while len(book) > MAX_BUNDLES_PER_REQUESTER:
+                del book[next(iter(book))]
+        else:
+            self.refused += 1
+        if book:
+            self._served[requester] = book  # most recent last
+        while len(self._served) > self.max_requesters:
+            self._served.popitem(last=False)
+        return ok
+
+
+class DownloadSlots:
+    """Bundle downloads in flight, pulled and pushed together: at most `n`, of which peers not in good standing
+    hold at most half, and one peer at most `per_peer`. A pushed bundle waits for a slot at most a few
+    seconds (the pusher's stream is open meanwhile); a pull we chose waits as long as it takes. Runs on the
+    transport's event loop."""
+
+    def __init__(self, n: int, is_good: Callable[[str], bool], per_peer: int = 2):
+        self._all = asyncio.Semaphore(n)
+        self._strangers = asyncio.Semaphore(max(1, n // 2))
+        self.per_peer, self.is_good = per_peer, is_good
+        self._by_peer: Counter = Counter()
+
+    @asynccontextmanager
+    async def hold(self, peer: str, wait_s: float | None = None) -> AsyncIterator[bool]:
+        """`async with slots.hold(peer, wait_s) as ok:` — ok False: no slot within wait_s (nothing is held)."""
+        if wait_s is not None and self._by_peer[peer] >= self.per_peer:
+            yield False
+            return
+        stranger = not self.is_good(peer)
+        held: list[asyncio.Semaphore] = []
+        try:
+            for sem in ([self._strangers] if stranger else []) + [self._all]:
+                await asyncio.wait_for(sem.acquire(), wait_s)
+                held.append(sem)
+        except asyncio.TimeoutError:
+            for sem in held:
+                sem.release()
+            yield False
+            return
+        self._by_peer[peer] += 1
+        try:
+            yield True
+        finally:
+            self._by_peer[peer] -= 1
+            if not self._by_peer[peer]:
+                del self._by_peer[peer]
+            for sem in held:
+                sem.release()
+
+
+class StreamGuards:
+    """The admission of each stream handler of one transport, and its book of bundles served."""
+
+    def __init__(self, is_good: Callable[[str], bool], *, max_age_s: float, per_peer: int = 2, total: int = 32):
+        self.is_good, self.per_peer, self.total = is_good, per_peer, total
+        self.served = ServedBook(max_age_s=max_age_s)
+        self.admissions: dict[str, Admission] = {}  # handler name → its admission
+
+    def admitted(self, handler: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        """`handler(info, reader, writer)` behind its own Admission: a stream not admitted is closed unread."""
+        admission = self.admissions.setdefault(
+            getattr(handler, "__name__", repr(handler)),
+            Admission(per_peer=self.per_peer, total=self.total, is_good=self.is_good))
+
+        async def guarded(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with admission.admit(info.peer_id.to_base58()) as ok:
+                if not ok:
+                    writer.close()
+                    return
+                await handler(info, reader, writer)
+        return guarded
+
+    def refused(self) -> Counter:
+        """Streams refused, by "<handler>:<why>", and bundles declined to a requester that had them (served)."""
+        out = Counter({f"{name}:{why}": n for name, a in self.admissions.items() for why, n in a.refused.items()})
+        if self.served.refused:
+            out["served:repeat"] = self.served.refused
+        return out
