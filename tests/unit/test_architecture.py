@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocols", "swarm", "node", "losses", "bench")
-# who may import whom (docs/ARCHITECTURE.md): node → {losses, protocols, swarm}, swarm → protocols
+PACKAGES = ("protocols", "swarm", "node", "ops", "losses", "bench")
+# who may import whom (docs/ARCHITECTURE.md): node → {losses, protocols, swarm}, swarm → protocols,
+# ops (the operator's tools) → node and below
 ALLOWED = {"protocols": set(), "losses": set(), "swarm": {"protocols"},
-           "node": {"losses", "protocols", "swarm"}, "bench": {"node", "losses", "protocols", "swarm"}}
+           "node": {"losses", "protocols", "swarm"}, "ops": {"node", "losses", "protocols", "swarm"},
+           "bench": {"ops", "node", "losses", "protocols", "swarm"}}
 
 
 def _modules() -> dict[str, Path]:
@@ -101,17 +103,19 @@ def test_no_import_cycles():
 
 
 def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monkeypatch):
-    pkg = tmp_path / "node"
-    (pkg / "cli").mkdir(parents=True)
+    pkg, ops = tmp_path / "node", tmp_path / "ops"
+    pkg.mkdir()
+    (ops / "cli").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "cli" / "__init__.py").write_text("from ops.cli.main import main\n")
-    (pkg / "cli" / "main.py").write_text("def main():\n    from ops.cli.doctor import run\n")
-    (pkg / "cli" / "doctor.py").write_text("def run():\n    from ops.cli import network\n")
-    (pkg / "cli" / "network.py").write_text("")
+    (ops / "__init__.py").write_text("")
+    (ops / "cli" / "__init__.py").write_text("from ops.cli.main import main\n")
+    (ops / "cli" / "main.py").write_text("def main():\n    from ops.cli.doctor import run\n")
+    (ops / "cli" / "doctor.py").write_text("def run():\n    from ops.cli import network\n")
+    (ops / "cli" / "network.py").write_text("")
     (pkg / "state.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from node.node import Node\n")
     (pkg / "node.py").write_text("from node.state import x\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("node",))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGES", ("node", "ops"))
     assert find_cycle(import_graph()) is None  # what the check saw before it followed TYPE_CHECKING and packages
     assert find_cycle(import_graph(type_checking=True)) == ["node.node", "node.state", "node.node"]
     assert find_cycle(import_graph(packages=True)) == ["ops.cli", "ops.cli.main", "ops.cli.doctor", "ops.cli"]
