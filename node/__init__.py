@@ -9,12 +9,10 @@
   models/    model specs, built-in models, loading, lab models
   heterorl/  HeteroRL: sampler and learner roles, the weight broadcast between them
   config     NodeConfig: every subsystem's config assembled (torch-free)
-  checkpoint atomic checkpoints; metrics: JSONL, Prometheus, console line
-  tracking   experiment trackers fed the metrics (TensorBoard, Weights & Biases)
-  progress   k/N, elapsed and ETA of long work (model builds, evaluations, sweeps)
-  export     `swarm export`: a run's newest checkpoint as a folder transformers or peft loads
-  cli/       the `swarm` command line
-  dashboard/ `swarm dashboard`: a live page of one or several runs
+  books/     the node's books: checkpoint (atomic checkpoints), metrics (JSONL, Prometheus, console line),
+             tracking (TensorBoard, Weights & Biases), progress (k/N, elapsed and ETA of long work)
+
+The operator's tools (the `swarm` command line, the dashboard, export) are in ops/, above node/.
 
 docs/ARCHITECTURE.md describes the parts, their boundaries and a round's data flow.
 """

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPED = ("protocols", "swarm", "node", "losses")  # packages whose __init__ docstring maps their modules
-TOPS = ("protocols", "swarm", "node", "losses", "bench")
-PATH = re.compile(r"(?<![\w/.-])((?:protocols|swarm|node|losses|bench|tests|docs|examples|docker|tools|\.ci)/[\w./-]*\w)")
-NAME = re.compile(r"`((?:protocols|swarm|node|losses|bench)(?:\.\w+)+)(?![\w*])")
+MAPPED = ("protocols", "swarm", "node", "ops", "losses")  # packages whose __init__ docstring maps their modules
+TOPS = ("protocols", "swarm", "node", "ops", "losses", "bench")
+PATH = re.compile(r"(?<![\w/.-])((?:protocols|swarm|node|ops|losses|bench|tests|docs|examples|docker|tools|\.ci)/[\w./-]*\w)")
+NAME = re.compile(r"`((?:protocols|swarm|node|ops|losses|bench)(?:\.\w+)+)(?![\w*])")
 FILE_EXT = {"json", "jsonl", "log", "yaml", "key", "py", "md", "txt", "png"}
 
 
@@ -114,9 +114,11 @@ def test_every_path_and_name_the_docs_give_exists():
 
 
 def test_the_reference_checks_can_fail():
-    assert resolves("swarm.exchange.polling.PollPlan") and resolves("swarm.exchange.polling.PollPlan.keys") and resolves("swarm.wait_s")
+    assert resolves("swarm.exchange.polling.PollPlan") and resolves("swarm.exchange.polling.PollPlan.keys")
+    assert resolves("swarm.wait_s")
     assert resolves("protocols.announce.encode_announcement") and resolves("node.json")
     assert not resolves("protocols.codec.encode_announcement")  # it lives in protocols.announce
-    assert resolves("node.generation.hf.HFGenerator") and not resolves("node.generation.HFGenerator") and not resolves("swarm.exchange.polling.PollPlan.gone")
+    assert resolves("node.generation.hf.HFGenerator") and not resolves("node.generation.HFGenerator")
+    assert not resolves("swarm.exchange.polling.PollPlan.gone")
     assert not resolves("swarm.not_a_key") and not written_by_a_bench("bench/results/speed/never_written.json")
     assert written_by_a_bench("bench/results/speed/gpu.json") and not written_by_a_bench("bench/results/learning/gpu.json")
