@@ -110,6 +110,9 @@ class InMemoryTransport(InboxFront):
         for ann in self.inbox.choose(now):
             self.inbox.settle_fetched(ann, self.hub.fetch(ann.peer, ann.sha256), self.swarm_id)
 
+    def _refresh(self) -> None:
+        self.poll()  # the twin polls when asked, so peers_seen counts what the hub holds now
+
     def take(self, min_records: int = 0, timeout: float = 0.0, *, while_earned: bool = False) -> Delivery:
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
@@ -126,10 +129,6 @@ class InMemoryTransport(InboxFront):
         delivery = self.inbox.take(0, 0.0)
         delivery.waited_s = time.monotonic() - started
         return delivery
-
-    def peers_seen(self) -> int:
-        self.poll()
-        return self.inbox.peers_seen()
 
     def shutdown(self) -> None:
         self._closed.set()

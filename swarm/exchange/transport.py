@@ -83,7 +83,11 @@ class InboxFront:
 
     inbox: Inbox
 
+    def _refresh(self) -> None:
+        """Bring the Inbox up to date before it is asked (a transport that polls in the background: nothing)."""
+
     def peers_seen(self) -> int:
+        self._refresh()
         return self.inbox.peers_seen()
 
     def earned(self) -> int:
