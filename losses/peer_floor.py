@@ -21,13 +21,13 @@ receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 
 tokens of an honest peer's correct answer on lab-spell are mostly ones it would: a peer may move
 only tokens this node's own policy would plausibly write. How much of an honest peer's rows that
 leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of
-rows that scored above their group, on SmolLM2-135M at T = 1 62 % (bench/plausibility.py,
+rows that scored above their group, on SmolLM2-135M at T = 1 62 % (bench/learning/plausibility.py,
 docs/BENCHMARKS.md §15C).
 
 Why the rest of the row and not only the token: a token trains the model twice, as a prediction and
 as the context of every later prediction. With lab-spell (input and output embeddings tied) the
 tokens of an injected prefix, stripped of their own gradient, still rose through the answer trained
-after them (bench/injection.py's docstring); text that follows what this node would not write is
+after them (bench/reliability/injection.py's docstring); text that follows what this node would not write is
 conditioned on it, so none of it trains.
 
 What it bounds, and what not. With span rest a peer's row trains only its opening up to the first token

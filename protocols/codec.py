@@ -54,7 +54,7 @@ from protocols.records import (
     TaskRef,
 )
 
-ZSTD_LEVEL = 10  # level 19 saves 2–5 % on real bundles at 20–50× the CPU (bench/wire_bytes.py)
+ZSTD_LEVEL = 10  # level 19 saves 2–5 % on real bundles at 20–50× the CPU (bench/exchange/wire_bytes.py)
 _READ_CHUNK = 1 << 20
 _MIN_STR_BYTES = 1024  # room for fingerprints, peer ids and names whatever max_text_chars is
 _F16_MIN = -65504.0  # most negative finite float16

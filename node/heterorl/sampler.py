@@ -37,7 +37,7 @@ def run_sampler_round(node: RoundHost, round_: int) -> dict[str, Any]:
 
 def sample_round(node: RoundHost, round_: int, started: float, extra: dict[str, Any],
                  drops: dict[str, int] | None = None) -> dict[str, Any]:
-    """Steps 2–6 with the weights the model holds now (bench/heterorl.py loads them itself)."""
+    """Steps 2–6 with the weights the model holds now (bench/learning/heterorl.py loads them itself)."""
     parts = node.parts
     sampled = sample(parts, round_)  # 2, 3, 4
     wire_bytes = publish(parts, round_, sampled)  # 5

@@ -122,13 +122,30 @@ def test_the_cycle_check_sees_type_checking_imports_and_packages(tmp_path, monke
 
 
 def test_nothing_below_the_node_imports_it():
-    """Inside node/ only the top-level modules (node.runner, ...) and the operator's commands, which start a
-    node, may import node.node: the round, federated and HeteroRL packages read node.round.parts.RoundParts,
-    so no arrow runs back up from them (imports under TYPE_CHECKING included)."""
-    starts_a_node = ("ops.cli.",)
+    """Inside node/ only the top-level modules (node.runner, ...) may import node.node: the round, federated and
+    HeteroRL packages read node.round.parts.RoundParts, so no arrow runs back up from them (imports under
+    TYPE_CHECKING included). The operator's commands, which start a node, live above node/ in ops/."""
     bad = sorted(m for m, deps in import_graph(type_checking=True).items()
-                 if "node.node" in deps and m.count(".") > 1 and m.startswith("node.") and not m.startswith(starts_a_node))
+                 if "node.node" in deps and m.count(".") > 1 and m.startswith("node."))
     assert not bad, f"modules below node.node that import it: {bad}"
+
+
+def test_bench_scripts_import_only_the_harness():
+    """A bench script reads the shared harness (bench.harness) and its own package, never another script:
+    what several scripts need lives in the harness. bench.scale is one tool (the swarm-size simulator) in
+    several modules."""
+    bad = []
+    for m, deps in import_graph(type_checking=True).items():
+        parts = m.split(".")
+        if parts[0] != "bench" or len(parts) < 3 or parts[1] == "harness":
+            continue
+        # the script, or the package a script is made of (bench.reliability.soak, bench.scale)
+        home = "bench.scale" if parts[1] == "scale" else ".".join(parts[:3])
+        for n in deps:
+            if n.startswith("bench.") and not n.startswith("bench.harness") and not n.startswith(home) \
+                    and n != "bench." + parts[1]:
+                bad.append((m, n))
+    assert not bad, f"bench scripts importing other scripts: {bad}"
 
 
 def test_layers_point_one_way():

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MAPPED = ("protocols", "swarm", "node", "ops", "losses")  # packages whose __init__ docstring maps their modules
+MAPPED = ("protocols", "swarm", "node", "ops", "losses", "bench")  # packages whose __init__ docstring maps their modules
 TOPS = ("protocols", "swarm", "node", "ops", "losses", "bench")
 PATH = re.compile(r"(?<![\w/.-])((?:protocols|swarm|node|ops|losses|bench|tests|docs|examples|docker|tools|\.ci)/[\w./-]*\w)")
 NAME = re.compile(r"`((?:protocols|swarm|node|ops|losses|bench)(?:\.\w+)+)(?![\w*])")
