@@ -9,7 +9,8 @@ The config classes and the `LossConfig` union live in losses.config, which needs
 functions, the shared inputs, the tokenizer-agnostic behaviour view and the metrics live in
 losses.base and the family modules, and are imported here on first use. losses.registry maps names to
 (config class, function) and builds them; losses.plugin resolves the user's own objects by import path;
-losses.imitation (`train.imitate`) and losses.peer_floor (`train.peer_token_floor`) wrap any loss.
+losses.imitation (`train.imitate`) and losses.peer_floor (`train.peer_token_floor`) wrap any loss, and so does
+losses.distill (on-policy distillation: a teacher's per-token reverse KL added to the reward advantage).
 """
 
 from __future__ import annotations

@@ -97,6 +97,8 @@ class LossInputs:
     logp_beh_chunks: Tensor | None = None  # [B, T] log μ of chunk k at index k (rows with beh_chunks ≥ 0)
     chunk_spread: bool = False  # chunk rows: r_c^(1/n_c) per token (geometric spread) instead of r_c (module docstring)
     imitable: Tensor | None = None  # [B] bool: rows train.imitate may push up (losses/imitation.py); None: all
+    logp_teacher: Tensor | None = None  # [B, T] a teacher's log π_T of each token (losses/distill.py); None: no teacher
+    teacher_scored: Tensor | None = None  # [B, T] bool: tokens logp_teacher holds a score for
 
 
 @dataclass

@@ -8,6 +8,7 @@
   generation/ generation backends (hf, vllm)
   models/    model specs, built-in models, loading, lab models
   heterorl/  HeteroRL: sampler and learner roles, the weight broadcast between them
+  distill/   on-policy distillation: a teacher's log-probabilities on a requester's own tokens (score)
   config     NodeConfig: every subsystem's config assembled (torch-free)
   books/     the node's books: checkpoint (atomic checkpoints), metrics (JSONL, Prometheus, console line),
              tracking (TensorBoard, Weights & Biases), progress (k/N, elapsed and ETA of long work)

@@ -16,6 +16,8 @@
             (rows, tokens, longest completion: losses.base.BatchTotals) and the loss divides by them
             itself, so the micro-batch losses add up to exactly the mini-batch loss whatever its
             normalisation (seq, token, dr, per-row): the trainer only sums
+  teacher   a row may carry a teacher's log π_T of each of its tokens (`Row.logp_teacher`, on-policy
+            distillation); loss_inputs passes them on, and a loss wrapped by losses.distill uses them
   step      gradient accumulation over micro-batches, global-norm clipping, AdamW
 """
 
@@ -46,6 +48,7 @@ class Row:
     chunks: list[int] | None = None  # unaligned rows: chunk index of each of our tokens (node/round/align.py)
     chunk_logp: list[float] | None = None  # unaligned rows: the sender's log μ of each chunk
     imitable: bool = True  # train.imitate may push it up if its advantage is positive (build_rows' imitate_bar)
+    logp_teacher: list[float] | None = None  # a teacher's log π_T of each of our tokens (node.distill.score); None: none
 
 
 @dataclass
@@ -195,6 +198,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         elif r.chunks is not None:
             chunk_ids[i, : len(r.chunks)] = torch.tensor(r.chunks)
             chunk_logp[i, : len(r.chunk_logp)] = torch.tensor(r.chunk_logp)
+    teacher, scored = _teacher_scores(rows, mask)
     dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
@@ -212,7 +216,23 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         logp_beh_chunks=chunk_logp.to(dev),
         chunk_spread=chunk_spread,
         imitable=torch.tensor([r.imitable for r in rows], device=dev),
+        logp_teacher=None if teacher is None else teacher.to(dev),
+        teacher_scored=None if scored is None else scored.to(dev),
     )
+
+
+def _teacher_scores(rows: list[Row], mask: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A teacher's log π_T [b, T] and the tokens it scored [b, T] (a row's scores of another length: none),
+    or (None, None) when no row has any (losses/distill.py reads them)."""
+    if all(r.logp_teacher is None for r in rows):
+        return None, None
+    teacher = torch.zeros(mask.shape)
+    scored = torch.zeros(mask.shape, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r.logp_teacher is not None and len(r.logp_teacher) == len(r.tokens.completion_ids):
+            teacher[i, : len(r.logp_teacher)] = torch.tensor(r.logp_teacher)
+            scored[i, : len(r.logp_teacher)] = True
+    return teacher, scored
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,

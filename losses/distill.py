@@ -1,0 +1,120 @@
+"""On-policy distillation from a teacher, added to any loss: a per-token reverse-KL advantage.
+
+On the student's own samples y ~ π_old, a teacher gives log π_T(y_t | x, y_<t) of each token
+(node.distill.score; carried on LossInputs as `logp_teacher`, with `teacher_scored` marking the
+tokens it scored). The advantage of token t becomes
+
+    A_t = A_reward − λ · (log π_old(y_t) − log π_T(y_t))
+
+and the loss is the policy gradient with that per-token advantage. Since the reward part is the
+row's A_i on every token, the loss splits into the wrapped loss (reward advantage, unchanged) plus
+
+    L_distill = (1/N) Σ_i (1/|y_i|) Σ_{t scored} −min(R_t·(−λ d_t), clip(R_t, 1−ε, 1+ε)·(−λ d_t)),
+    d_t = sg(log π_old(y_t) − log π_T(y_t)),   R_t = π_θ(y_t) / π_old(y_t)
+
+(value R = 1 on the round's first step, gradient ∇log π_θ). E_{y~π_old}[Σ_t d_t] is the sequence's
+reverse KL, KL(π_old ‖ π_T); pushing each token by −λ·d_t is the policy gradient of −λ times that KL
+with d_t as a per-token reward (no discounting): tokens the teacher finds likelier than the student
+does are pushed up, the others down. Tokens without a teacher score (`teacher_scored` False, a
+completion the teacher could not align, or no teacher answer in time) get the reward advantage
+alone, and so do peers' rows: the KL is estimated only from samples of the student's own policy.
+
+Sources. The estimator is on-policy distillation as Thinking Machines describe it ("On-Policy
+Distillation", 2025: per-token reverse KL log π_student − log π_teacher on the student's own
+samples as a negative per-token advantage, importance-sampled against the sampling policy) and as
+KDRL combines it with a GRPO reward (arXiv 2506.02208: the reward advantage plus a reverse-KL term
+weighted by a coefficient with a schedule); across tokenizers the teacher's value is its chunk
+log-probability spread over the requester's tokens (node.distill.score, after ALM's chunk-level
+likelihood matching, arXiv 2503.20083).
+
+Departures, all ours:
+- The student's log-probability is π_old (the policy at the start of the round's steps, what
+  sampled the rows on the round's first step), not the sampler's μ: the two agree for the node's own
+  rows up to float error, and π_old is what the trust-region ratio is taken against.
+- The reward part keeps the wrapped loss's own clip and normalisation; the distillation part has its
+  own PPO clip (ε, 0.2 by default) on R and the sequence mean (seq) of every loss here, or the
+  `norm` given. The paper's single clipped surrogate of the summed advantage is not reproduced: a
+  token whose reward part is clipped still gets its distillation part, and the reverse.
+- KDRL also studies k2/k3 forms of the KL with a gradient through log π_θ directly; here the KL
+  enters only as a (stop-gradient) advantage, the k1 form of the on-policy papers.
+- λ is a plain number per step; `linear_lambda` is the schedule helper (linear from `start` to
+  `end` over `steps`, then constant), which the caller evaluates each round.
+Metrics: `distill_kl` (mean d_t over the scored own tokens: the per-token reverse-KL estimate),
+`distill_scored_share` (scored own tokens / own tokens), `distill_lambda`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from losses.base import LossInputs, LossOutputs, Norm, behaviour_view, clipped_surrogate, reduce_tokens
+
+
+def linear_lambda(step: int, *, start: float, end: float, steps: int) -> float:
+    """λ at `step`: `start` at 0, linear to `end` at `steps`, `end` after (steps ≤ 0: `end`)."""
+    if steps <= 0 or step >= steps:
+        return end
+    return start + (end - start) * max(step, 0) / steps
+
+
+def teacher_mask(inputs: LossInputs) -> Tensor:
+    """[B, T] bool: the tokens of the node's own rows that carry a teacher score (none without scores)."""
+    valid = inputs.mask != 0
+    if inputs.logp_teacher is None or inputs.teacher_scored is None:
+        return torch.zeros_like(valid)
+    B, T = valid.shape
+    for name, t in (("logp_teacher", inputs.logp_teacher), ("teacher_scored", inputs.teacher_scored)):
+        if not isinstance(t, Tensor) or tuple(t.shape) != (B, T):
+            raise ValueError(f"LossInputs.{name} must have shape {(B, T)}")
+    scored = valid & inputs.teacher_scored.bool() & ~inputs.is_external[:, None]
+    if not bool(torch.isfinite(inputs.logp_teacher.detach()[scored]).all()):
+        raise ValueError("LossInputs.logp_teacher holds NaN or inf on scored tokens")
+    return scored
+
+
+def distill_advantages(inputs: LossInputs, lam: float) -> Tensor:
+    """A_t [B, T] = A_i − λ·(log π_old − log π_T) on scored own tokens, A_i elsewhere (no gradient)."""
+    scored = teacher_mask(inputs)
+    adv = inputs.advantages.detach().float()[:, None].expand(scored.shape)
+    if not bool(scored.any()):
+        return adv.clone()
+    gap = inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float()
+    return torch.where(scored, adv - lam * gap, adv)
+
+
+def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = "seq") -> tuple[Tensor, dict]:
+    """(L_distill, metrics) of the module docstring for one (micro-)batch."""
+    view = behaviour_view(inputs)
+    scored = teacher_mask(inputs)
+    own = view.valid & ~inputs.is_external[:, None]
+    gap = torch.zeros_like(view.m)  # d_t on scored tokens, 0 elsewhere
+    if bool(scored.any()):
+        teacher = torch.where(scored, inputs.logp_teacher.detach().float(), 0.0)
+        gap = torch.where(scored, inputs.logp_old.detach().float() - teacher, 0.0)
+    ratio = torch.exp(view.log_ratio_old.clamp(-20.0, 20.0))  # R = π_θ/π_old (grad), 1 in value on the first step
+    per_token, _ = clipped_surrogate(ratio, -lam * gap, eps, eps)
+    term = reduce_tokens(per_token * scored, view, norm)
+    n_scored, n_own = float(scored.sum()), float(own.sum())
+    metrics = {"distill_kl": float(gap[scored].mean()) if n_scored else 0.0,
+               "distill_scored_share": n_scored / n_own if n_own else 0.0, "distill_lambda": float(lam)}
+    return term, metrics
+
+
+def with_distillation(loss_fn, lam: float, eps: float = 0.2, norm: Norm = "seq"):
+    """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0)."""
+    if lam < 0:
+        raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
+    if lam == 0:
+        return loss_fn
+
+    @functools.wraps(loss_fn)
+    def fn(inputs: LossInputs) -> LossOutputs:
+        out = loss_fn(inputs)
+        term, metrics = distill_term(inputs, lam, eps, norm)
+        return LossOutputs(out.loss + term, {**out.metrics, **metrics})
+
+    fn.needs_reference = getattr(loss_fn, "needs_reference", False)
+    return fn

@@ -1,0 +1,148 @@
+"""A teacher's log-probabilities on a requester's own tokens: one pure function, `score_for_requester`.
+
+Given the teacher's model and tokenizer, a prompt, the requester's completion texts and the
+requester's token pieces of each, it returns log π_teacher of every requester token, conditioned on
+the prompt and the text before it, of the temperature-scaled distribution log_softmax(logits / T)
+(the convention of node/round/scoring.py). Rows are `prompt ‖ completion`, the prompt being the
+requester's rendered prompt tokenized by the teacher without special tokens (as build_rows does).
+
+Same tokenizer (the requester's fingerprint equals the teacher's): the pieces are the requester's
+token ids, scored as they are; the value of token t is the teacher's log π(y_t | x, y_<t), one
+forward pass, exactly what node.round.scoring.score_rows gives the teacher's own rows.
+
+Different tokenizers: the pieces are the requester's decoded token strings, which concatenate to the
+completion text (a special token, e.g. EOS, decodes to "" and produces no bytes). The teacher
+tokenizes the text itself, scores its own tokens, and measures how many UTF-8 bytes of the text
+each of them produced (node.round.align.sender_token_bytes). The byte offsets where both
+tokenizations end a token cut the text into chunks (node.round.align.chunk_alignment: the same
+alignment a receiver makes of a peer's row); the teacher's log-probability of chunk c is the sum
+over its own tokens in c, log π_T(c) = Σ_{s ∈ c} log π_T(y_s). That sum is spread evenly over the
+n_c requester tokens of c: each gets log π_T(c) / n_c — the geometric spread of
+train.cross_tokenizer: chunks-geometric (losses.base), so the values of a chunk's requester tokens
+add up to exactly the chunk's log-probability, and when both tokenizations agree on a token it gets
+the teacher's own log-probability of that token. A requester token that produces no bytes (EOS)
+joins the chunk it ends in (the one before it) and takes its share; the teacher scores no EOS of
+its own. A completion the two cannot align (an empty text, or a text whose byte lengths the
+teacher's tokenizer cannot measure) gets None: no teacher score for any of its tokens.
+
+Bounded: `max_tokens` is what one call may feed the model — Σ over completions of (prompt tokens +
+the teacher's completion tokens) — and every check is made before any forward pass: first the
+characters (at most CHARS_PER_TOKEN per budgeted token, before tokenizing), then the tokens. Above
+the budget, or on pieces that do not match the text, the call raises ScoreRefused with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import torch
+
+from node.round.align import chunk_alignment, sender_token_bytes
+from node.round.scoring import TokenRow, score_rows
+
+CHARS_PER_TOKEN = 128  # text beyond this many characters per budgeted token is refused before tokenizing
+ROWS_PER_FORWARD = 8  # completions scored together in one forward pass
+REFUSALS = ("over_budget", "pieces_mismatch", "bad_token_id", "empty")
+
+
+class ScoreRefused(ValueError):
+    """A score call the teacher will not run; `reason` is one of REFUSALS."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def piece_bytes(text: str, pieces: Sequence[str]) -> list[int]:
+    """UTF-8 bytes of each decoded requester token; ScoreRefused unless they concatenate to `text`."""
+    if "".join(pieces) != text:
+        raise ScoreRefused("pieces_mismatch", "the requester's token strings do not concatenate to the completion text")
+    return [len(p.encode("utf-8")) for p in pieces]
+
+
+def pieces_of_token_bytes(text: str, token_bytes: Sequence[int]) -> list[str] | None:
+    """The requester's token strings from its per-token byte counts (protocols.score carries these), or
+    None when a count cuts a character or the counts do not cover the text."""
+    data = text.encode("utf-8")
+    if sum(token_bytes) != len(data):
+        return None
+    out, pos = [], 0
+    for n in token_bytes:
+        try:
+            out.append(data[pos:pos + n].decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        pos += n
+    return out
+
+
+def score_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
+                        pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
+                        max_tokens: int, temperature: float = 1.0) -> list[list[float] | None]:
+    """log π_teacher of each requester token of each completion (module docstring), or None for a
+    completion the two tokenizations cannot align. Raises ScoreRefused before any forward pass."""
+    if len(texts) != len(pieces):
+        raise ScoreRefused("pieces_mismatch", f"{len(texts)} texts but {len(pieces)} piece lists")
+    if not texts:
+        raise ScoreRefused("empty", "no completions")
+    chars = len(prompt) * len(texts) + sum(len(t) for t in texts)
+    if chars > max_tokens * CHARS_PER_TOKEN:
+        raise ScoreRefused("over_budget", f"{chars} characters over a budget of {max_tokens} tokens")
+    if sum(len(p) for p in pieces) > max_tokens:
+        raise ScoreRefused("over_budget", f"more requester tokens than the budget of {max_tokens}")
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if not prompt_ids:
+        raise ScoreRefused("empty", "the prompt has no tokens")
+    if same_tokenizer:
+        own = [_checked_ids(p, model) for p in pieces]
+    else:
+        own = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        ends = [list(accumulate(piece_bytes(t, p))) for t, p in zip(texts, pieces)]
+    cost = sum(len(prompt_ids) + len(ids) for ids in own)
+    if cost > max_tokens:
+        raise ScoreRefused("over_budget", f"{cost} tokens to score over the budget of {max_tokens}")
+    scores = _teacher_logprobs(model, tokenizer, prompt_ids, own, temperature)
+    if same_tokenizer:
+        return scores
+    out: list[list[float] | None] = []
+    for text, recv_ends, ids, lps in zip(texts, ends, own, scores):
+        send_bytes = sender_token_bytes(tokenizer, text, ids) if ids else None
+        alignment = chunk_alignment(recv_ends, send_bytes, tuple(lps)) if send_bytes and lps is not None else None
+        out.append(None if alignment is None else _spread(*alignment))
+    return out
+
+
+def _checked_ids(ids: Sequence[int], model: torch.nn.Module) -> list[int]:
+    vocab = model.get_output_embeddings().weight.shape[0]
+    if not ids or any(not 0 <= int(t) < vocab for t in ids):
+        raise ScoreRefused("bad_token_id", f"a completion with no ids or an id outside [0, {vocab})")
+    return [int(t) for t in ids]
+
+
+def _spread(chunks: list[int], chunk_logp: list[float]) -> list[float]:
+    """Each requester token's share of its chunk's log-probability: log π_T(c) / n_c."""
+    counts = [0] * len(chunk_logp)
+    for c in chunks:
+        counts[c] += 1
+    return [chunk_logp[c] / counts[c] for c in chunks]
+
+
+@torch.no_grad()
+def _teacher_logprobs(model: torch.nn.Module, tokenizer, prompt_ids: list[int], completions: list[list[int]],
+                      temperature: float) -> list[list[float] | None]:
+    """Per-token log π_T of each completion after the prompt (None for an empty one), in batches."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out: list[list[float] | None] = [None] * len(completions)
+    todo = [i for i, ids in enumerate(completions) if ids]
+    was_training = model.training
+    model.eval()
+    try:
+        for lo in range(0, len(todo), ROWS_PER_FORWARD):
+            batch = todo[lo:lo + ROWS_PER_FORWARD]
+            logp, _ = score_rows(model, [TokenRow(prompt_ids, completions[i]) for i in batch], temperature, pad_id)
+            for row, i in enumerate(batch):
+                out[i] = logp[row, : len(completions[i])].float().cpu().tolist()
+    finally:
+        model.train(was_training)
+    return out
