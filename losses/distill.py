@@ -50,7 +50,15 @@ import functools
 import torch
 from torch import Tensor
 
-from losses.base import LossInputs, LossOutputs, Norm, behaviour_view, clipped_surrogate, reduce_tokens
+from losses.base import (
+    LossInputs,
+    LossOutputs,
+    Norm,
+    behaviour_view,
+    clipped_surrogate,
+    reduce_tokens,
+    safe_exp,
+)
 
 
 def linear_lambda(step: int, *, start: float, end: float, steps: int) -> float:
@@ -94,7 +102,7 @@ def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = 
     if bool(scored.any()):
         teacher = torch.where(scored, inputs.logp_teacher.detach().float(), 0.0)
         gap = torch.where(scored, inputs.logp_old.detach().float() - teacher, 0.0)
-    ratio = torch.exp(view.log_ratio_old.clamp(-20.0, 20.0))  # R = π_θ/π_old (grad), 1 in value on the first step
+    ratio = safe_exp(view.log_ratio_old)  # R = π_θ/π_old (grad), 1 in value on the round's first step
     per_token, _ = clipped_surrogate(ratio, -lam * gap, eps, eps)
     term = reduce_tokens(per_token * scored, view, norm)
     n_scored, n_own = float(scored.sum()), float(own.sum())

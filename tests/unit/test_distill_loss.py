@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from losses.base import LossInputs
-from losses.distill import distill_advantages, distill_term, linear_lambda, with_distillation
+from losses.distill import (
+    distill_advantages,
+    distill_term,
+    linear_lambda,
+    with_distillation,
+)
 from losses.registry import build_loss
 from node.distill.score import score_for_requester
 from node.generation.config import GenerationConfig

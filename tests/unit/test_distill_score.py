@@ -123,9 +123,9 @@ FP = "ab" * 32
 
 
 def _request(**kw) -> ScoreRequest:
-    base = dict(swarm="s", prompt=PROMPT, completions=(
+    base = {"swarm": "s", "prompt": PROMPT, "completions": (
         ScoreCompletion("abc", token_ids=(1, 2, 3)), ScoreCompletion("héllo", token_bytes=(1, 2, 3, 0))),
-        temperature=0.7, tokenizer=FP, vocab_size=512)
+        "temperature": 0.7, "tokenizer": FP, "vocab_size": 512}
     return ScoreRequest(**{**base, **kw})
 
 
