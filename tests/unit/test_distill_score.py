@@ -237,3 +237,19 @@ def test_a_request_scored_and_answered_end_to_end(tiny_qwen, tiny_llama):
     got = decode_score_response(answer, req, score_digest(data))  # the requester's side
     assert [len(x) for x in got.logprobs] == [c.n_tokens for c in comps]
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(got.logprobs, scores))
+
+
+def test_token_ids_travel_when_the_fingerprints_match(tiny_qwen):
+    tok = tiny_qwen.tokenizer
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in TEXTS]
+    data = encode_score_request(ScoreRequest("s", PROMPT, tuple(ScoreCompletion(t, token_ids=tuple(i))
+                                                               for t, i in zip(TEXTS, ids)),
+                                             tokenizer=tiny_qwen.fingerprint, vocab_size=tiny_qwen.vocab_size))
+    req = decode_score_request(data)
+    assert req.tokenizer == tiny_qwen.fingerprint  # the teacher's own: it scores the ids as they are
+    scores = score_for_requester(tiny_qwen.model, tok, req.prompt, [c.text for c in req.completions],
+                                 [c.token_ids for c in req.completions], same_tokenizer=True, max_tokens=4096)
+    got = decode_score_response(encode_score_response(ScoreResponse(score_digest(data), tuple(map(tuple, scores))),
+                                                      logprob_dtype="f16"), req, score_digest(data))
+    for i, lps in zip(ids, got.logprobs):
+        assert np.allclose(lps, _own_logprobs(tiny_qwen, PROMPT, i), atol=2e-2)  # float16 on the wire
