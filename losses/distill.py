@@ -33,10 +33,11 @@ Departures, all ours:
   rows up to float error, and π_old is what the trust-region ratio is taken against.
 - The reward part keeps the wrapped loss's own clip and normalisation; the distillation part has its
   own PPO clip (ε, 0.2 by default) on R and the sequence mean (seq) of every loss here, or the
-  `norm` given. The paper's single clipped surrogate of the summed advantage is not reproduced: a
-  token whose reward part is clipped still gets its distillation part, and the reverse.
-- KDRL also studies k2/k3 forms of the KL with a gradient through log π_θ directly; here the KL
-  enters only as a (stop-gradient) advantage, the k1 form of the on-policy papers.
+  `norm` given. This is not one clipped surrogate of the summed advantage A_t: a token whose
+  reward part is clipped still gets its distillation part, and the reverse.
+- KDRL compares KL estimators (k2, k3) used as a loss term with a gradient of their own; here the
+  KL enters only as a stop-gradient advantage (k1 as a per-token reward, as in the on-policy
+  distillation write-up).
 - λ is a plain number per step; `linear_lambda` is the schedule helper (linear from `start` to
   `end` over `steps`, then constant), which the caller evaluates each round.
 Metrics: `distill_kl` (mean d_t over the scored own tokens: the per-token reverse-KL estimate),
