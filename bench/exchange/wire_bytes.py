@@ -31,7 +31,12 @@ import numpy as np
 import torch
 import zstandard
 
-from bench.harness.models import CHAIN_SUM, model_cached, set_threads, system_prompt_for
+from bench.harness.models import (
+    CHAIN_SUM,
+    cached_models,
+    set_threads,
+    system_prompt_for,
+)
 from bench.harness.output import results_dir, table, write_json
 from protocols import codec
 from protocols.codec import decode_bundle, encode_bundle
@@ -123,12 +128,8 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
 
-    results, skipped = {}, []
-    for spec in args.models:
-        if not model_cached(spec):
-            skipped.append(spec)
-            print(f"[skip] {spec}: not in the built-in cache (swarm models fetch {spec})")
-            continue
+    (specs, skipped), results = cached_models(args.models), {}
+    for spec in specs:
         records, tokens, gen_s = rollout_records(spec, args.prompts, args.group_size, args.max_new_tokens, args.seed)
         rows = measure(records, tokens, args.levels, args.repeats)
         p = parts(records, codec.ZSTD_LEVEL)

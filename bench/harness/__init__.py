@@ -5,7 +5,7 @@
     pool.py        run_jobs: the resumable process pool that appends each result to a JSONL results file
     output.py      results_dir(family), write_json (with the machine), table, load_jsonl
     options.py     parse_value / parse_sets: `--set key=value` overrides as a config reads them
-    models.py      model_cached, each lab model's own task (task_source), set_threads
+    models.py      model_cached, cached_models, each lab model's own task (task_source), set_threads
     peers.py       real hivemind peers without a model (run_level) and the records they publish
                    (synthetic_records)
     dht_probe.py   counters inside hivemind's DHT processes and timers around the transport's DHT reads

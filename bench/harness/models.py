@@ -29,6 +29,18 @@ def model_cached(alias: str) -> bool:
     return any(p.is_dir() and p.name.startswith(f"{alias}-v") for p in models.glob(f"{alias}-v*"))
 
 
+def cached_models(specs: list[str]) -> tuple[list[str], list[str]]:
+    """The specs already in the cache, and the ones skipped (each said in one line): a bench run never builds."""
+    found, skipped = [], []
+    for spec in specs:
+        if model_cached(spec):
+            found.append(spec)
+        else:
+            skipped.append(spec)
+            print(f"[skip] {spec}: not in the built-in cache (swarm models fetch {spec})")
+    return found, skipped
+
+
 def system_prompt_for(spec: str) -> str | None:
     """lab-* models were warm-started without a system prompt; real LMs get reasoning-gym's default."""
     return None if spec.startswith("lab-") or spec.startswith("tiny-") else "default"

@@ -22,7 +22,7 @@ import argparse
 
 import torch
 
-from bench.harness.models import model_cached, set_threads, task_source
+from bench.harness.models import cached_models, set_threads, task_source
 from bench.harness.output import results_dir, table, write_json
 from node.generation.config import GenerationConfig
 from node.generation.hf import HFGenerator
@@ -85,12 +85,8 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
 
-    results, skipped, summary = {}, [], []
-    for spec in args.models:
-        if not model_cached(spec):
-            skipped.append(spec)
-            print(f"[skip] {spec}: not in the built-in cache (swarm models fetch {spec})")
-            continue
+    (specs, skipped), results, summary = cached_models(args.models), {}, []
+    for spec in specs:
         res = bench_model(spec, args)
         results[spec] = res
         print(f"\n== {spec} ({res['params'] / 1e6:.1f}M params): {args.prompts} prompts × G={args.group_size}, "

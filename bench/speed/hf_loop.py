@@ -20,7 +20,7 @@ import statistics
 
 import torch
 
-from bench.harness.models import model_cached, set_threads, task_source
+from bench.harness.models import cached_models, set_threads, task_source
 from bench.harness.output import results_dir, table, write_json
 from node.generation.config import GenerationConfig
 from node.generation.hf import HFGenerator
@@ -78,12 +78,8 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     shape = tuple(int(x) for x in args.shape.split("x")) if args.shape else None
-    results, skipped = {}, []
-    for spec in args.models:
-        if not model_cached(spec):
-            skipped.append(spec)
-            print(f"[skip] {spec}: not in the built-in cache (swarm models fetch {spec})")
-            continue
+    (specs, skipped), results = cached_models(args.models), {}
+    for spec in specs:
         res = results[spec] = bench_model(spec, shape, args.max_new_tokens, args.repeats, args.seed)
         print(f"\n== {spec} ({res['params'] / 1e6:.1f}M params, vocab {res['vocab']}): {res['shape']}, "
               f"≤ {res['max_new_tokens']} new tokens, {args.repeats} repeats")

@@ -30,7 +30,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 import torch  # noqa: E402
 
-from bench.harness.models import model_cached, set_threads, task_source  # noqa: E402
+from bench.harness.models import cached_models, set_threads, task_source  # noqa: E402
 from bench.harness.output import results_dir, table, write_json  # noqa: E402
 from node.generation.config import GenerationConfig, VLLMOptions  # noqa: E402
 from node.generation.hf import HFGenerator  # noqa: E402
@@ -98,12 +98,8 @@ def main() -> None:
     set_threads(args.threads)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
 
-    results, skipped = {}, []
-    for spec in args.models:
-        if not model_cached(spec):
-            skipped.append(spec)
-            print(f"[skip] {spec}: not in the built-in cache (swarm models fetch {spec})")
-            continue
+    (specs, skipped), results = cached_models(args.models), {}
+    for spec in specs:
         res = bench_model(spec, shapes, args)
         results[spec] = res
         print(f"\n== {spec} ({res['params'] / 1e6:.1f}M params), max_new_tokens {args.max_new_tokens}: "
