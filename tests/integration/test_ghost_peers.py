@@ -56,10 +56,14 @@ def test_a_ghost_and_a_dropped_peer_leave_round_times_as_they_were(tmp_path):
         assert all(m["peers_seen"] == 0 for m in quiet)
 
         # a throwaway identity announces one bundle in the DHT only and is gone: its announcement stays there.
-        # (With a direct notify the victim could fetch the bundle before the ghost left, and a peer that delivered
-        # once is in good standing: it costs one wait, test_standing's silent peer, not none.)
+        # Its bytes are gone from the start: the victim polls in the background, and a bundle it fetched in the
+        # moment before the ghost's daemon stopped would make the ghost a peer that delivered once, in good
+        # standing, which costs one wait (test_standing's silent peer), not none. (For the same reason the ghost
+        # notifies nobody.) A fetch of it fails (`not_found` while it runs, unreachable after), as a ghost's does.
         ghost = HivemindTransport(cfg=SwarmConfig(**_swarm_cfg(maddrs), notify_peers=0))
         ghost.publish([honest_record(node, node.tasks, index=50, peer=ghost.peer_id, swarm=SWARM)])
+        with ghost._served_lock:
+            ghost._served.clear()
         ghost.flush()
         ghost_id = ghost.peer_id
         ghost.shutdown()
