@@ -112,17 +112,22 @@ def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = 
     return term, metrics
 
 
-def with_distillation(loss_fn, lam: float, eps: float = 0.2, norm: Norm = "seq"):
-    """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0)."""
-    if lam < 0:
-        raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
-    if lam == 0:
-        return loss_fn
+def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq"):
+    """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0). `lam` is a number, or a
+    callable giving the current λ at each call (a schedule the caller moves, e.g. with `linear_lambda`)."""
+    if not callable(lam):
+        if lam < 0:
+            raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
+        if lam == 0:
+            return loss_fn
 
     @functools.wraps(loss_fn)
     def fn(inputs: LossInputs) -> LossOutputs:
         out = loss_fn(inputs)
-        term, metrics = distill_term(inputs, lam, eps, norm)
+        now = float(lam()) if callable(lam) else lam
+        if now < 0:
+            raise ValueError(f"the distillation coefficient must be >= 0, not {now!r}")
+        term, metrics = distill_term(inputs, now, eps, norm)
         return LossOutputs(out.loss + term, {**out.metrics, **metrics})
 
     fn.needs_reference = getattr(loss_fn, "needs_reference", False)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from losses.config import GRPOConfig, LossConfig
 from node.books.metrics import MetricsConfig
+from node.distill.config import DistillConfig
 from node.federated.config import FederatedConfig
 from node.generation.config import GenerationConfig
 from node.heterorl.config import HeteroRLConfig, Role, check_role
@@ -69,6 +70,8 @@ class NodeConfig(BaseModel):
                        "a learner's weights, never train; learner: train on samplers' rollouts, publish weights "
                        "(HeteroRL, docs/ARCHITECTURE.md §12).")
     heterorl: HeteroRLConfig = Field(default_factory=HeteroRLConfig)
+    distill: DistillConfig = Field(default_factory=DistillConfig, description="On-policy distillation: serve "
+                                   "scores as a teacher, or ask named teachers as a student.")
 
     @model_validator(mode="after")
     def _federated_needs_lora(self) -> NodeConfig:
@@ -80,6 +83,11 @@ class NodeConfig(BaseModel):
             raise ValueError("train.autocast float16 is not available in federated mode (its loss scale would "
                              "also divide the FedProx term); use bfloat16")
         check_role(self.role, self)
+        if (self.distill.serve or self.distill.teachers) and not self.swarm.enabled:
+            raise ValueError("distill.serve and distill.teachers need a swarm: set swarm.enabled")
+        if self.distill.teachers and (self.role != "full" or self.federated is not None):
+            raise ValueError("distill.teachers needs role full outside federated mode (the round that asks a "
+                             "teacher is node.round.loop's)")
         return self
 
 

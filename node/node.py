@@ -16,11 +16,13 @@ from pathlib import Path
 import torch
 
 from losses import build_loss_from_config
+from losses.distill import with_distillation
 from losses.imitation import with_imitation
 from losses.peer_floor import with_peer_floor
 from node.books import checkpoint
 from node.books.metrics import EvalResult, MetricsLog
 from node.config import NodeConfig
+from node.distill.mode import build_distill
 from node.federated.mode import Federated, FederatedTasks
 from node.generation.base import build_generator
 from node.heterorl.state import build_role_state
@@ -66,6 +68,9 @@ class Node:
         if transport is not None:  # bundles are decoded under our own budget per completion (swarm.exchange.receive)
             transport.limit_completions(cfg.ingest.max_completion_tokens or cfg.generation.max_new_tokens)
         self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
+        self.distill = build_distill(self)  # a teacher's score service, a student's requests (node.distill)
+        if self.distill is not None and self.distill.student is not None:  # λ of the round, read at each call
+            self.loss_fn = with_distillation(self.loss_fn, lambda: self.distill.coef)
         self.federated = None
         if cfg.federated is not None:
             print(self.tasks.describe(), flush=True)
@@ -97,7 +102,8 @@ class Node:
                           tokenizer=self.tokenizer, tasks=self.tasks, prompt_of=self.prompt_of,
                           generator=self.generator, loss_fn=self.loss_fn, reference=self.reference,
                           policy=self.policy, selector=self.selector, seen_groups=self.seen_groups,
-                          transport=self.transport, book=self, federated=self.federated, hetero=self.hetero)
+                          transport=self.transport, book=self, federated=self.federated, hetero=self.hetero,
+                          distill=self.distill)
 
     @property
     def policy_version(self) -> int:
@@ -230,5 +236,7 @@ class Node:
             self.federated.close()
         if self.hetero is not None:
             self.hetero.channel.close()
+        if self.distill is not None:
+            self.distill.close()
         if self.transport is not None:
             self.transport.shutdown()

@@ -151,7 +151,7 @@ async def refetch(t, publisher: str, addrs: list[str], sha256: str, times: int, 
             status, nbytes, _ = wire.decode_header(await asyncio.wait_for(
                 wire.read_frame(reader, wire.MAX_CONTROL), 10))
             if status == "ok":
-                await asyncio.wait_for(wire._read_data(reader, sha256=sha256, nbytes=nbytes), 30)
+                await asyncio.wait_for(wire.read_data(reader, sha256=sha256, nbytes=nbytes), 30)
             return status
         except Exception as exc:
             return f"failed: {type(exc).__name__}"

@@ -28,7 +28,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
         generate if isinstance(generate, list) else [generate] * nodes
     overrides = overrides if isinstance(overrides, list) else [overrides] * nodes
     totals = ("tokens_generated", "tokens_trained", "groups_informative", "groups_received",
-              "groups_received_informative", "round_s")
+              "groups_received_informative", "round_s", "distill_tokens_scored", "distill_served_computed")
     with tempfile.TemporaryDirectory() as tmp:
         swarm = []
         for k, config in enumerate(configs):
@@ -45,13 +45,16 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             sums = [dict.fromkeys(totals, 0.0) for _ in swarm]
             weights = [[] for _ in swarm]
             shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
+            distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per round
             for r in range(rounds):
                 for k, node in enumerate(swarm):
                     m = run_round(node, r)
                     curves[k].append(m["reward_mean"])
                     externals[k] += m["groups_external"]
                     for key in totals:
-                        sums[k][key] += m[key] or 0
+                        sums[k][key] += m.get(key) or 0
+                    if m.get("distill_requests"):
+                        distill_kls[k].append(m.get("distill_kl"))
                     if m["groups_external"] and "is_weight_external" in m:
                         weights[k].append(m["is_weight_external"])
                         shares[k].append(m.get("is_weight_external_share", 0.0))
@@ -71,5 +74,6 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             "external_share": [statistics.fmean(w) if w else None for w in shares],  # weights ≥ 0.1 among them
             "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)
             "kl_external": [statistics.fmean(w) if w else None for w in kls],  # KL(μ‖π) on peers' rows (k3)
+            "distill_kl": [[x for x in w if x is not None] or None for w in distill_kls],  # per round (students)
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}

@@ -87,6 +87,23 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                Tio − Ti > 0 with an interval that excludes 0: the own bar keeps a
                                weaker model's answers from harming; Tio − D reported beside it (an
                                interval below 0 would mean harm remains)
+  OPD  4 / 0, G 4   D plus on-policy distillation from the trained teacher: each round the student sends its own
+                   completions to the teacher (`distill.teachers`, the score stream of the in-memory twin), which
+                   answers log π_T of each of the student's tokens (across tokenizers: chunk log-probabilities
+                   spread over the student's tokens); the student's token advantages get −λ·(log π_old − log π_T)
+                   (losses/distill.py, λ = `--coef`). No peers' groups are trained on; the teacher's budget is set
+                   far above what the twin asks (serving limits are tested elsewhere)
+  OPD0 4 / 0, G 4  OPD with the teacher's model as built (the student's own starting point for `same`): the
+                   strength control, at the same protocol and the same λ
+  (OPD, fixed before its runs; λ chosen on seeds 100–101 of `same` with `--name teacher_opd_pilot`, never on
+   seeds 0–7; 8 seeds, `--name teacher_opd`)
+                               same: OPD − D > 0 with an interval that excludes 0 (the goal is ≥ +0.10), and
+                               OPD − OPD0 > 0 with an interval that excludes 0: the teacher's strength is what
+                               teaches; wide2spell and spell2wide: OPD − D > 0 with an interval that excludes 0.
+                               OPD − Ti reported beside them (Ti from the same invocation)
+                               Also reported: the student's KL to the teacher on its scored tokens in the first
+                               and last 5 rounds, student tokens scored and teacher tokens computed per student
+                               token generated
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -123,7 +140,10 @@ SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "
 SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
-        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None), "Tio": (4, 4, 4, "teacher")}
+        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None), "Tio": (4, 4, 4, "teacher"),
+        "OPD": (4, 0, 4, "teacher"), "OPD0": (4, 0, 4, "copy")}
+DISTILL = ("OPD", "OPD0")  # the student asks the frozen node (n1) to score its completions; it trains on no peer group
+OPD_COEF = 1.0  # λ (--coef)
 # Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy");
 # Di: D imitating its own above-mean answers; Tio: Ti with the own bar (train.imitate_bar: own, the node's default)
 # F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py), with the group bar these arms were run with
@@ -185,6 +205,8 @@ def run_one(job: dict) -> dict:
     config, base = node(student, student)
     configs, local, external, generate = [config], [i], [j], [g]
     over = [{**base, **STUDENT_OVER.get(job["arm"], {})}]
+    if job["arm"] in DISTILL:
+        over[0].update({"distill.teachers": ["n1"], "distill.coef": job.get("coef", OPD_COEF)})
     if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
         config, base = node(other, job["teacher_dir"] if kind == "teacher" else other)
         frozen = kind in ("teacher", "copy")
@@ -192,6 +214,9 @@ def run_one(job: dict) -> dict:
         local, external, generate = local + [8 if frozen else i], external + [0 if frozen else j], \
             generate + [8 if frozen else g]
         over.append({**base, **({"train.lr": 0.0} if frozen else {})})
+        if job["arm"] in DISTILL:  # the teacher serves scores; it generates one group a round (its groups are unused)
+            over[-1].update({"distill.serve": True, "distill.serve_tokens_per_s": 1e9})
+            local[-1] = generate[-1] = 1
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
     out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
@@ -199,7 +224,9 @@ def run_one(job: dict) -> dict:
                external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
                w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
                tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
-               cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1))
+               cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1),
+               distill_kl=run["distill_kl"][0], distill_tokens_scored=run["distill_tokens_scored"][0],
+               teacher_tokens_computed=run["distill_served_computed"][1] if len(configs) > 1 else 0)
     return out
 
 
@@ -231,8 +258,15 @@ def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list
                          "w_share": _m(r["w_share"] for r in rs), "filtered": _m(r["filtered"] for r in rs),
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
+            if arm in DISTILL:
+                rows[-1].update(distill_kl_first=_m(_m(r["distill_kl"][:5]) for r in rs if r.get("distill_kl")),
+                                distill_kl_last=_m(_m(r["distill_kl"][-5:]) for r in rs if r.get("distill_kl")),
+                                scored_per_gen=_m(r["distill_tokens_scored"] / r["tokens_generated"] for r in rs),
+                                teacher_per_gen=_m(r["teacher_tokens_computed"] / r["tokens_generated"] for r in rs),
+                                seconds=_m(r["seconds"] for r in rs))
         for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
-                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D")):
+                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D"),
+                     ("OPD", "D"), ("OPD", "OPD0"), ("OPD0", "D"), ("OPD", "Ti")):
             seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
             if len(seeds) < 2:
                 continue
@@ -255,7 +289,9 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 "Ti - Di": "the teacher's answers add to imitating one's own",
                 "Ti0 - Di": "an untrained copy's answers add to imitating one's own",
                 "Tio - Ti": "the own bar does better than the group bar",
-                "Tio - D": "the teacher teaches by imitation under the own bar"}.get(d["diff"])
+                "Tio - D": "the teacher teaches by imitation under the own bar",
+                "OPD - D": "the teacher teaches by on-policy distillation",
+                "OPD - OPD0": "by the teacher's strength (distillation from an untrained copy as the control)"}.get(d["diff"])
         if rule:
             yes = d["mean"] - d["ci"] > 0
             out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
@@ -271,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=40, help="student rounds")
     ap.add_argument("--teacher-rounds", type=int, default=TEACHER_ROUNDS,
                     help="rounds the teacher trains alone (another value: pairing NAME@ROUNDS in the tables)")
+    ap.add_argument("--coef", type=float, default=OPD_COEF, help="λ of the distillation arms (OPD, OPD0); runs "
+                    "with another λ must go to another --name")
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for every node of every run, e.g. tasks.reward=partial (SmolLM2's measurable "
@@ -295,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
         have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
         jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
-                 "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets}
+                 "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets, "coef": args.coef}
                 for s in args.seeds for p in args.pairings for a in args.arms
                 if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
         done += run_jobs(run_one, jobs, sink_path, args.jobs, lambda r: (
@@ -306,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]
                  and x["arm"] in ("D", "P", "A") and x["seed"] == r["seed"]]
     rows, diffs = summarise([r for r in runs if args.measure in r], args.measure)
-    print(table(rows, list(rows[0])) if rows else "no runs")
+    print(table(rows, list(dict.fromkeys(k for r in rows for k in r))) if rows else "no runs")
     print(table(diffs, list(diffs[0])) if diffs else "")
     for line in verdicts(diffs):
         print(line)

@@ -32,6 +32,9 @@ class Group:
     round: int = 0
     policy_version: int = 0
     created_at: float = field(default_factory=time.time)
+    # our own groups only: a teacher's log π_T of each token of each completion (None: that completion unscored),
+    # set by on-policy distillation (node.distill.student) before selection
+    teacher_logps: list[list[float] | None] | None = None
 
     @property
     def is_external(self) -> bool:
@@ -39,8 +42,9 @@ class Group:
 
     @property
     def informative(self) -> bool:
-        """False when every completion got the same reward: zero advantage, zero gradient."""
-        return max(self.rewards) > min(self.rewards)
+        """False when every completion got the same reward (zero advantage) and no teacher scored any of them:
+        zero gradient."""
+        return max(self.rewards) > min(self.rewards) or any(self.teacher_logps or ())
 
 
 def advantages(rewards: list[float], mode: Literal["std", "mean"] = "std") -> list[float]:

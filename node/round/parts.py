@@ -13,8 +13,9 @@ or node.heterorl imports node.node.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +35,9 @@ class PolicyState:
     model: Any
     optimizer: Any
     version: int = 0  # optimizer steps taken (plus adapter averages; a sampler: the learner's loaded version)
+    # held while the weights change (the train step), so a forward pass of another thread (a teacher scoring a
+    # peer's request: node.distill.serve) never runs inside an optimizer step
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class RoundBook(Protocol):
@@ -77,6 +81,7 @@ class RoundParts:
     book: RoundBook
     federated: Any = None  # node.federated.mode.Federated in federated mode
     hetero: Any = None  # node.heterorl.state's SamplerState / LearnerState for those roles
+    distill: Any = None  # node.distill.mode.Distill: a teacher's service, a student's requests (None: neither)
 
     @property
     def model(self) -> Any:

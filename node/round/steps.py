@@ -109,6 +109,11 @@ def by_peer(records: list, groups: list[Group], peer_drops: dict[str, Counter]) 
     return out
 
 
+def peer_models(gathered: Gathered) -> dict[str, str]:
+    """peer → the model its records of this round name (display only; a student names teachers by it)."""
+    return {peer: tally.model for peer, tally in gathered.by_peer.items() if tally.model}
+
+
 def sample(parts: RoundParts, round_: int, tasks: list[Task] | None = None) -> Sample:
     """`tasks` (default: the round's B tasks from our task source) → prompts → G completions each → verified
     groups tagged with `round_`."""
@@ -200,10 +205,11 @@ def train(parts: RoundParts, groups: list[Group], regularizer=None) -> StepResul
     cfg, policy = parts.cfg, parts.policy
     rows = build_rows(groups, parts.tokenizer, parts.prompt_of, chunks=cfg.train.cross_tokenizer != "sequence",
                       imitate_bar=imitate_bar(groups, cfg.train))
-    step = train_step(policy.model, policy.optimizer, rows, parts.loss_fn, cfg.train,
-                      temperature=cfg.generation.temperature, pad_id=parts.tokenizer.pad_token_id,
-                      regularizer=regularizer, reference=parts.reference)
-    if step.stepped:
-        policy.version += step.steps
-        parts.generator.sync_weights(policy.model, policy.version)
+    with policy.lock:
+        step = train_step(policy.model, policy.optimizer, rows, parts.loss_fn, cfg.train,
+                          temperature=cfg.generation.temperature, pad_id=parts.tokenizer.pad_token_id,
+                          regularizer=regularizer, reference=parts.reference)
+        if step.stepped:
+            policy.version += step.steps
+            parts.generator.sync_weights(policy.model, policy.version)
     return step

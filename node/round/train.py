@@ -82,7 +82,8 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
     rows = []
     for gid, g in enumerate(groups):
         prompt_ids = tokenizer(prompt_of(g.task), add_special_tokens=False)["input_ids"]
-        for c, adv, reward in zip(g.completions, g.advantages, g.rewards):
+        teacher = g.teacher_logps if g.aligned and not g.is_external and g.teacher_logps else [None] * len(g.completions)
+        for c, adv, reward, logp_teacher in zip(g.completions, g.advantages, g.rewards, teacher):
             alignment = None
             if g.aligned:
                 ids, beh = list(c.token_ids), list(c.logprobs)
@@ -99,15 +100,16 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
             rows.append(Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external,
                             truncated=c.finish_reason == "length",
                             chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None,
-                            imitable=imitate_bar is None or reward > imitate_bar))
+                            imitable=imitate_bar is None or reward > imitate_bar, logp_teacher=logp_teacher))
     return rows
 
 
 def dash_filter(rows: list[Row], threshold: float) -> list[Row]:
-    """DASH gradient filtering: |A| < threshold contributes ~nothing; keep at least one row."""
+    """DASH gradient filtering: |A| < threshold contributes ~nothing (unless a teacher scored the row); keep at
+    least one row."""
     if threshold <= 0 or not rows:
         return rows
-    kept = [r for r in rows if abs(r.advantage) >= threshold]
+    kept = [r for r in rows if abs(r.advantage) >= threshold or r.logp_teacher is not None]  # a teacher's signal
     return kept or [max(rows, key=lambda r: abs(r.advantage))]
 
 

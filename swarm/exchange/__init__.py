@@ -14,5 +14,6 @@ the two transports and the streams under the real one.
   fetch      fetching one announced bundle, and notifying a peer of an announcement
   push       pushing our bundle to chosen peers, and receiving a peer's push
   wire       the bundle stream's framing (serve and fetch)
+  scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
   loop       the transport's asyncio loop: its exception handler, emptied before it closes
 """

@@ -152,6 +152,14 @@ class HivemindTransport(StreamHandlers, InboxFront):
         (extensions on the same peer: swarm.weights.hivemind)."""
         return self._call(coro, timeout)
 
+    def submit(self, coro) -> concurrent.futures.Future:
+        """Start `coro` on the loop from another thread; its result arrives in the returned Future (a stopped
+        transport: SwarmError at once)."""
+        if self._loop is None or self._stopped.is_set():
+            coro.close()
+            raise SwarmError("transport is not running (never started, or shut down)")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
     def spawn(self, coro) -> asyncio.Task:
         """Start background work on the loop (call it there); it is cancelled at shutdown."""
         return self._spawn(coro)

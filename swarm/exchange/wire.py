@@ -123,7 +123,7 @@ async def serve_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         await write_frame(writer, encode_header("declined"))
         return "declined"
     await write_frame(writer, encode_header("ok", len(data), sha))
-    await _write_data(writer, data)
+    await write_data(writer, data)
     return "ok"
 
 
@@ -138,7 +138,7 @@ async def serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         writer.close()
 
 
-async def _write_data(writer: asyncio.StreamWriter, data: bytes) -> None:
+async def write_data(writer: asyncio.StreamWriter, data: bytes) -> None:
     view = memoryview(data)
     for offset in range(0, len(view), MAX_CHUNK):
         await write_frame(writer, bytes(view[offset:offset + MAX_CHUNK]))
@@ -159,10 +159,10 @@ async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         raise FetchError("size_mismatch", f"header says {got_nbytes} bytes, announcement {nbytes}")
     if got_sha != sha256:
         raise FetchError("digest_mismatch", "header digest differs from the announcement")
-    return await _read_data(reader, sha256=sha256, nbytes=nbytes)
+    return await read_data(reader, sha256=sha256, nbytes=nbytes)
 
 
-async def _read_data(reader: asyncio.StreamReader, *, sha256: str, nbytes: int) -> bytes:
+async def read_data(reader: asyncio.StreamReader, *, sha256: str, nbytes: int) -> bytes:
     """Data frames up to exactly `nbytes`, each prefix checked before its read, the digest at the end."""
     parts, total = [], 0
     while total < nbytes:
@@ -190,7 +190,7 @@ async def push_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     await write_frame(writer, announcement)
     status, _, _ = decode_header(await read_frame(reader, MAX_CONTROL, "bad_header"))
     if status == "ok":
-        await _write_data(writer, data)
+        await write_data(writer, data)
     return status
 
 
@@ -203,7 +203,7 @@ async def accept_push(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     """Receiver side, after vetting the offered announcement: ask for the bytes, return them verified
     (the same checks as a fetch: FetchError size_mismatch | digest_mismatch | bad_frame | stream_closed)."""
     await write_frame(writer, encode_header("ok", nbytes, sha256))
-    return await _read_data(reader, sha256=sha256, nbytes=nbytes)
+    return await read_data(reader, sha256=sha256, nbytes=nbytes)
 
 
 def encode_info(swarm: str, now: float) -> bytes:

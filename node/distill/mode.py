@@ -1,0 +1,75 @@
+"""A node's on-policy distillation, built from its `distill` config: the teacher's service, the student's
+requests, the score stream they share, and λ of the round.
+
+`build_distill(node)` returns None when the node neither serves nor names teachers. The round
+(node.round.loop.run_round) calls `ask` after sampling, `collect` before selection and `served` for the
+metrics line; the node wraps its loss with losses.distill.with_distillation reading `coef`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from losses.distill import linear_lambda
+from node.distill.config import DistillConfig
+from node.distill.serve import ScoreBudget, ScoreService, Teacher
+from node.distill.student import Asked, Student
+from protocols.score import ScoreCaps
+
+
+class Distill:
+    """The distillation parts of one node (module docstring)."""
+
+    def __init__(self, cfg: DistillConfig, link, student: Student | None, service: ScoreService | None):
+        self.cfg, self.link, self.student, self.service = cfg, link, student, service
+        self.coef = cfg.coef  # λ of the current round (losses.distill reads it through the node's loss)
+
+    def ask(self, round_: int, groups: list, prompts: list[str]) -> Asked | None:
+        """Score requests for the round's own groups (None: this node is no student)."""
+        if self.student is None:
+            return None
+        end = self.cfg.coef if self.cfg.coef_end is None else self.cfg.coef_end
+        self.coef = linear_lambda(round_, start=self.cfg.coef, end=end, steps=self.cfg.coef_rounds)
+        return self.student.ask(round_, groups, prompts)
+
+    def collect(self, asked: Asked | None, peer_models: dict[str, str]) -> dict[str, Any]:
+        """The answers onto the groups; the student's metrics (peer_models: peer → model its records name)."""
+        if self.student is None:
+            return {}
+        self.student.note_peers(peer_models)
+        return self.student.collect(asked) if asked is not None else {}
+
+    def served(self) -> dict[str, Any]:
+        """What this node's service answered since the last round (nothing for a node that does not serve)."""
+        if self.service is None:
+            return {}
+        counts, tokens, computed = self.service.take_counts()
+        return {"distill_served": counts or None, "distill_served_tokens": tokens,
+                "distill_served_computed": computed}
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def build_distill(node) -> Distill | None:
+    """The node's Distill (module docstring), on its transport: the in-memory twin or hivemind."""
+    cfg: DistillConfig = node.cfg.distill
+    if not (cfg.serve or cfg.student) or node.transport is None:
+        return None
+    from swarm.exchange.memory import InMemoryTransport
+    from swarm.exchange.scoring import HivemindScoreLink, MemoryScoreLink
+
+    link_type = MemoryScoreLink if isinstance(node.transport, InMemoryTransport) else HivemindScoreLink
+    link = link_type(node.transport, max_bytes=cfg.max_request_bytes, timeout_s=cfg.wait_s)
+    caps = ScoreCaps(max_bytes=cfg.max_request_bytes, max_decompressed_bytes=4 * cfg.max_request_bytes)
+    swarm_id = node.cfg.swarm.swarm_id
+    service = student = None
+    if cfg.serve:
+        service = ScoreService(Teacher(node.model, node.tokenizer, node.fingerprint, node.policy.lock), swarm_id,
+                               ScoreBudget(cfg.serve_tokens_per_s, cfg.serve_burst_s, cfg.serve_share), caps=caps,
+                               max_tokens=cfg.serve_max_tokens)
+        link.serve(service.answer)
+    if cfg.student:
+        student = Student(cfg, link, swarm_id=swarm_id, tokenizer=node.tokenizer, fingerprint=node.fingerprint,
+                          vocab_size=node.vocab_size, temperature=node.cfg.generation.temperature, caps=caps)
+    return Distill(cfg, link, student, service)

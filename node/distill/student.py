@@ -1,0 +1,142 @@
+"""A student's side of on-policy distillation: each round, its own completions to a named teacher, the answers
+onto its own groups.
+
+    choose    the teacher of the round: among the peers `distill.teachers` names — by peer id, or by a model
+              name the peer's records carry (learned from the records this node received) — one per round, in
+              turn. A teacher's scores cannot be re-verified, so no other peer is ever asked or believed.
+    ask       right after the round's own groups are sampled (before peers' groups are gathered, so the teacher
+              scores while the round gathers): one score request per own group (protocols.score: the prompt,
+              the completion texts and our token ids — or, for a teacher that refused our tokenizer
+              (`wrong_tokenizer`), the bytes of text each of our tokens produced), all sent at once
+    collect   before selection: waits for the answers until `distill.wait_s` after the requests left, never
+              longer; each answer is decoded against its own request (protocols.score.decode_score_response:
+              the request's digest, one value per token, finite, ≤ 0, not absurd) and its values become the
+              group's `teacher_logps` (node.round.groups.Group), which the train step carries to the loss
+              (losses.distill). An answer that fails, is refused or comes late is dropped with its reason and
+              its group trains on the reward alone; a late answer is never used later (the round has moved on).
+
+Metrics of the round (`distill_*`): the teacher asked, requests, answers used, own completions scored (share),
+student tokens scored, seconds waited, drops by reason; the loss adds the student's KL to the teacher on its
+scored tokens (`distill_kl`) and λ (`distill_lambda`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from node.round.align import sender_token_bytes
+from node.round.groups import Group
+from protocols.codec import RecordError
+from protocols.score import (
+    ScoreCaps,
+    ScoreCompletion,
+    ScoreRequest,
+    decode_score_response,
+    encode_score_request,
+    score_digest,
+)
+from swarm.exchange.scoring import ScoreFailed
+
+if TYPE_CHECKING:
+    from node.distill.config import DistillConfig
+
+
+@dataclass
+class Pending:
+    group: Group
+    request: ScoreRequest
+    digest: str
+    answer: concurrent.futures.Future
+
+
+@dataclass
+class Asked:
+    """The round's score requests in flight."""
+
+    teacher: str | None
+    started: float
+    pending: list[Pending] = field(default_factory=list)
+    drops: Counter = field(default_factory=Counter)
+
+
+class Student:
+    """Asks named teachers to score its own completions (module docstring)."""
+
+    def __init__(self, cfg: DistillConfig, link, *, swarm_id: str, tokenizer, fingerprint: str, vocab_size: int,
+                 temperature: float, caps: ScoreCaps):
+        self.cfg, self.link, self.swarm_id, self.tokenizer = cfg, link, swarm_id, tokenizer
+        self.fingerprint, self.vocab_size, self.temperature, self.caps = fingerprint, vocab_size, temperature, caps
+        self.models: dict[str, str] = {}  # peer → the model its records name
+        self.bytes_only: set[str] = set()  # teachers that refused our token ids (another tokenizer)
+
+    def note_peers(self, models: dict[str, str]) -> None:
+        """Remember which model each peer's records name (a teacher may be named by model)."""
+        self.models.update({p: m for p, m in models.items() if m})
+
+    def teachers(self) -> list[str]:
+        """The peers `distill.teachers` names among those whose records this node has seen (by peer id or by
+        model); while it has seen none of them, the entries themselves, taken as peer ids."""
+        named = set(self.cfg.teachers)
+        known = {p for p, m in self.models.items() if m in named or p in named}
+        return sorted((known or named) - {self.link.peer_id})
+
+    def ask(self, round_: int, groups: list[Group], prompts: list[str]) -> Asked:
+        candidates = self.teachers()
+        asked = Asked(candidates[round_ % len(candidates)] if candidates else None, time.monotonic())
+        if asked.teacher is None:
+            asked.drops["no_teacher"] += len(groups)
+            return asked
+        ids = asked.teacher not in self.bytes_only
+        for group, prompt in zip(groups, prompts):
+            try:
+                req = self._request(group, prompt, ids)
+                data = encode_score_request(req)
+            except ValueError:  # nothing a teacher could take (an empty completion, over the caps)
+                asked.drops["unaskable"] += 1
+                continue
+            if len(data) > self.cfg.max_request_bytes:
+                asked.drops["too_large"] += 1
+                continue
+            asked.pending.append(Pending(group, req, score_digest(data), self.link.ask(asked.teacher, data)))
+        return asked
+
+    def _request(self, group: Group, prompt: str, ids: bool) -> ScoreRequest:
+        comps = tuple(ScoreCompletion(c.text, token_ids=tuple(c.token_ids)) if ids else
+                      ScoreCompletion(c.text, token_bytes=tuple(c.token_bytes or sender_token_bytes(
+                          self.tokenizer, c.text, c.token_ids) or ())) for c in group.completions)
+        if sum(c.n_tokens for c in comps) > self.caps.max_tokens or len(comps) > self.caps.max_completions:
+            raise ValueError("over the score caps")
+        return ScoreRequest(self.swarm_id, prompt, comps, temperature=self.temperature,
+                            tokenizer=self.fingerprint if ids else None, vocab_size=self.vocab_size if ids else None)
+
+    def collect(self, asked: Asked) -> dict:
+        """Wait (until distill.wait_s after the requests left) for the answers; their values onto the groups."""
+        drops = Counter(asked.drops)
+        used = tokens = completions = 0
+        for p in asked.pending:
+            left = asked.started + self.cfg.wait_s - time.monotonic()
+            try:
+                data = p.answer.result(timeout=max(0.0, left))
+                resp = decode_score_response(data, p.request, p.digest, self.caps)
+            except concurrent.futures.TimeoutError:
+                p.answer.cancel()
+                drops["late"] += 1
+                continue
+            except (ScoreFailed, RecordError) as exc:
+                if exc.reason == "refused:wrong_tokenizer":
+                    self.bytes_only.add(asked.teacher)
+                drops[exc.reason] += 1
+                continue
+            p.group.teacher_logps = [list(lp) if lp else None for lp in resp.logprobs]
+            used += 1
+            completions += sum(bool(lp) for lp in resp.logprobs)
+            tokens += sum(len(lp) for lp in resp.logprobs)
+        own = sum(len(p.group.completions) for p in asked.pending)
+        return {"distill_teacher": asked.teacher, "distill_requests": len(asked.pending), "distill_answers": used,
+                "distill_completions_scored": completions, "distill_share_scored": completions / own if own else 0.0,
+                "distill_tokens_scored": tokens, "distill_wait_s": round(time.monotonic() - asked.started, 3),
+                "distill_drops": dict(drops) or None}

@@ -1,0 +1,245 @@
+"""Serving scores under a budget (node/distill/serve.py) and a student's handling of answers (node/distill/student.py),
+over the in-memory score stream (swarm/exchange/scoring.py) with a real model as the teacher."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+from node.distill.config import DistillConfig
+from node.distill.score import score_for_requester
+from node.distill.serve import ScoreBudget, ScoreService, Teacher
+from node.distill.student import Student
+from node.round.groups import Group
+from node.tasks.task import Task
+from protocols.records import Completion, TaskRef
+from protocols.score import (
+    ScoreCaps,
+    ScoreCompletion,
+    ScoreRequest,
+    ScoreResponse,
+    decode_score_response,
+    encode_score_request,
+    encode_score_response,
+    score_digest,
+)
+from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.scoring import MemoryScoreLink, ScoreFailed
+
+SWARM = "rlswarm"
+PROMPT = "User: spell it backwards: planet\n\nAssistant:"
+TEXTS = ["<answer>tenalp</answer>", " tenlap"]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_budget_refuses_beyond_a_requesters_share_and_the_total_and_refills():
+    clock = Clock()
+    b = ScoreBudget(100.0, 10.0, 0.5, clock=clock)  # 1000 tokens in all, 500 per requester; 50/s each
+    assert b.take("a", 400) is None
+    assert b.take("a", 200) == "over_share"  # only 100 left of a's 500
+    assert b.take("b", 500) is None
+    assert b.take("c", 200) == "over_budget"  # 100 left in all, though c has its 500
+    clock.now = 2.0  # +200 in all, +100 for a
+    assert b.take("a", 200) is None
+    b.give_back("a", 150)
+    assert b.take("a", 150) is None
+    assert b.take("a", 1) == "over_share"
+
+
+def _request(tok, fingerprint, vocab, texts=TEXTS, swarm=SWARM, ids=True):
+    comps = []
+    for t in texts:
+        tid = tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        if ids:
+            comps.append(ScoreCompletion(t, token_ids=tuple(tid)))
+        else:
+            comps.append(ScoreCompletion(t, token_bytes=tuple(len(tok.decode([i], skip_special_tokens=True).encode())
+                                                               for i in tid)))
+    req = ScoreRequest(swarm, PROMPT, tuple(comps), tokenizer=fingerprint if ids else None,
+                       vocab_size=vocab if ids else None)
+    return req, encode_score_request(req)
+
+
+@pytest.fixture()
+def served(tiny_qwen):
+    calls = []
+    hook = tiny_qwen.model.get_decoder().register_forward_pre_hook(lambda *_: calls.append(1))  # score_rows runs it
+    teacher = Teacher(tiny_qwen.model, tiny_qwen.tokenizer, tiny_qwen.fingerprint, threading.RLock())
+    service = ScoreService(teacher, SWARM, ScoreBudget(100.0, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096)
+    yield service, calls
+    hook.remove()
+
+
+def test_service_answers_with_the_teachers_scores_and_charges_what_it_computed(tiny_qwen, served):
+    service, calls = served
+    tok = tiny_qwen.tokenizer
+    req, data = _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
+    status, out = service.answer("alice", data)
+    assert status == "ok" and calls
+    resp = decode_score_response(out, req, score_digest(data))
+    want = score_for_requester(tiny_qwen.model, tok, PROMPT, TEXTS, [c.token_ids for c in req.completions],
+                               same_tokenizer=True, max_tokens=4096)
+    for got, ref in zip(resp.logprobs, want):
+        assert got == pytest.approx(ref, abs=1e-5)
+    counts, served_tokens, computed = service.take_counts()
+    n_prompt = len(tok(PROMPT, add_special_tokens=False)["input_ids"])
+    assert counts == {"ok": 1} and served_tokens == sum(c.n_tokens for c in req.completions)
+    assert computed == sum(n_prompt + c.n_tokens for c in req.completions)
+
+
+def test_service_refuses_before_any_forward_pass(tiny_qwen, served):
+    service, calls = served
+    tok = tiny_qwen.tokenizer
+    _, data = _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
+    assert service.answer("a", b"\x00garbage")[0] == "zstd"
+    assert service.answer("a", _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size, swarm="other")[1])[0] \
+        == "wrong_swarm"
+    assert service.answer("a", _request(tok, "0" * 64, tiny_qwen.vocab_size)[1])[0] == "wrong_tokenizer"
+    # a request longer than the requester's share (500 tokens) can never be served, however often it comes
+    big, _ = _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size, texts=["x" * 300, "y" * 300])
+    for _ in range(3):
+        assert service.answer("a", encode_score_request(big))[0] == "over_share"
+    assert not calls
+    assert service.take_counts()[0] == {"zstd": 1, "wrong_swarm": 1, "wrong_tokenizer": 1, "over_share": 3}
+
+
+def test_a_requester_beyond_its_share_is_refused_at_once_while_another_is_served(tiny_qwen, served):
+    service, calls = served
+    _, data = _request(tiny_qwen.tokenizer, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
+    statuses = [service.answer("greedy", data)[0] for _ in range(20)]
+    assert statuses[0] == "ok" and statuses[-1] == "over_share"
+    served_ok = statuses.count("ok")
+    assert served_ok < 20 and len(calls) == served_ok  # refused requests cost no forward pass
+    assert service.answer("modest", data)[0] == "ok"
+
+
+def _group(tok, texts=TEXTS) -> Group:
+    comps = [Completion(t, tuple(tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]),
+                        tuple([-1.0] * (len(tok(t, add_special_tokens=False)["input_ids"]) + 1)), "stop")
+             for t in texts]
+    task = Task(TaskRef("spell_backward", {}, 0, 0), "planet", "tenalp", {})
+    return Group(task, comps, [0.0] * len(comps), [0.0] * len(comps))
+
+
+def _student(loaded, link, **cfg) -> Student:
+    return Student(DistillConfig(teachers=["teacher"], **cfg), link, swarm_id=SWARM, tokenizer=loaded.tokenizer,
+                   fingerprint=loaded.fingerprint, vocab_size=loaded.vocab_size, temperature=1.0, caps=ScoreCaps())
+
+
+def _link(hub, peer):
+    return MemoryScoreLink(InMemoryTransport(hub, peer, SWARM), max_bytes=1 << 20)
+
+
+def test_student_trains_on_an_honest_answer(tiny_qwen, served):
+    service, _ = served
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(service.answer)
+    student = _student(tiny_qwen, _link(hub, "student"))
+    group = _group(tiny_qwen.tokenizer)
+    assert not group.informative  # equal rewards: no signal until a teacher scores it
+    metrics = student.collect(student.ask(0, [group], [PROMPT]))
+    assert metrics["distill_answers"] == 1 and metrics["distill_share_scored"] == 1.0 and not metrics["distill_drops"]
+    assert [len(x) for x in group.teacher_logps] == [len(c.token_ids) for c in group.completions]
+    assert group.informative
+
+
+def _hostile(kind: str):
+    def answer(_requester: str, data: bytes) -> tuple[str, bytes]:
+        from protocols.score import decode_score_request
+
+        req = decode_score_request(data)
+        values = [tuple([-0.5] * c.n_tokens) for c in req.completions]
+        digest = score_digest(data)
+        if kind == "refuse":
+            return "over_budget", b""
+        if kind == "garbage":
+            return "ok", b"\x28\xb5\x2f\xfd not really zstd"
+        if kind == "wrong_request":
+            digest = score_digest(data + b"x")
+        if kind == "more_pieces":
+            values = [v + (-0.5,) for v in values]
+        if kind == "fewer_arrays":
+            values = values[:-1]
+        out = encode_score_response(ScoreResponse(digest, tuple(values)))
+        if kind in ("nan", "positive", "absurd"):  # forged after encoding (an encoder refuses them)
+            import numpy as np
+
+            from protocols.codec import _compress
+
+            bad = {"nan": float("nan"), "positive": 0.5, "absurd": -1e9}[kind]
+            arrays = [np.full(c.n_tokens, bad, "<f4").tobytes() for c in req.completions]
+            out = _compress({"v": 1, "request": digest, "lp": "f32", "logprobs": arrays})
+        return "ok", out
+    return answer
+
+
+@pytest.mark.parametrize("kind,reason", [
+    ("refuse", "refused:over_budget"), ("garbage", "zstd"), ("wrong_request", "wrong_request"),
+    ("more_pieces", "length_mismatch"), ("fewer_arrays", "length_mismatch"), ("nan", "bad_logprob"),
+    ("positive", "bad_logprob"), ("absurd", "bad_logprob"), ("absent", "unreachable")])
+def test_student_drops_a_hostile_teachers_answer_with_its_reason(tiny_qwen, kind, reason):
+    hub = InMemoryHub()
+    if kind != "absent":
+        _link(hub, "teacher").serve(_hostile(kind))
+    student = _student(tiny_qwen, _link(hub, "student"))
+    group = _group(tiny_qwen.tokenizer)
+    metrics = student.collect(student.ask(0, [group], [PROMPT]))
+    assert metrics["distill_drops"] == {reason: 1} and metrics["distill_answers"] == 0
+    assert group.teacher_logps is None and not group.informative  # the group trains on the reward alone
+
+
+class NeverLink:
+    peer_id = "student"
+
+    def __init__(self):
+        self.futures = []
+
+    def ask(self, peer, data):
+        self.futures.append(concurrent.futures.Future())
+        return self.futures[-1]
+
+
+def test_a_late_answer_is_dropped_after_wait_s_and_never_used(tiny_qwen):
+    link = NeverLink()
+    student = _student(tiny_qwen, link, wait_s=0.3)
+    group = _group(tiny_qwen.tokenizer)
+    started = time.monotonic()
+    metrics = student.collect(student.ask(0, [group, _group(tiny_qwen.tokenizer)], [PROMPT, PROMPT]))
+    assert 0.25 < time.monotonic() - started < 2.0  # one bound for the round, not one per request
+    assert metrics["distill_drops"] == {"late": 2} and group.teacher_logps is None
+    assert all(f.cancelled() for f in link.futures)
+
+
+def test_a_teacher_of_another_tokenizer_gets_token_bytes_after_refusing_ids(tiny_qwen, tiny_llama):
+    """A teacher that refuses our ids (`wrong_tokenizer`) is sent the bytes of each token next time, and scores
+    them through the chunk alignment: one value per student token."""
+    teacher = Teacher(tiny_llama.model, tiny_llama.tokenizer, tiny_llama.fingerprint, threading.RLock())
+    service = ScoreService(teacher, SWARM, ScoreBudget(1e6, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096)
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(service.answer)
+    student = _student(tiny_qwen, _link(hub, "student"))
+    first = _group(tiny_qwen.tokenizer)
+    assert student.collect(student.ask(0, [first], [PROMPT]))["distill_drops"] == {"refused:wrong_tokenizer": 1}
+    second = _group(tiny_qwen.tokenizer)
+    metrics = student.collect(student.ask(1, [second], [PROMPT]))
+    assert metrics["distill_answers"] == 1, metrics
+    assert [len(x) for x in second.teacher_logps] == [len(c.token_ids) for c in second.completions]
+
+
+def test_memory_link_refuses_oversized_messages():
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(lambda _r, _d: ("ok", b"x" * 100))
+    small = MemoryScoreLink(InMemoryTransport(hub, "student", SWARM), max_bytes=50)
+    with pytest.raises(ScoreFailed) as exc:
+        small.ask("teacher", b"y" * 10).result()
+    assert exc.value.reason == "too_large"
