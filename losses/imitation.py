@@ -7,7 +7,9 @@ separates what a peer's answers give from what the extra push on successes gives
 Rows the round marks not `imitable` are left out too: with `train.imitate_bar: own` (the default)
 an answer must also score above the mean reward of the node's own rows in the step
 (node.round.steps.imitate_bar), so a weaker peer's best answers, above their group but below what the
-node writes, are not imitated (under partial credit they harmed: docs/BENCHMARKS.md §12D).
+node writes, are not imitated (under partial credit they harmed: docs/BENCHMARKS.md §12D). A step
+with no own rows (every own group dropped for equal rewards, or no own groups selected) has no such
+bar: there the group's mean alone decides, as under `imitate_bar: group`.
 
 N is the step's row count (the divisor of the sequence mean every loss here uses), so with lam = 1
 a peer's completion that scored above its group's mean is pushed up as a policy-gradient row of
@@ -19,8 +21,11 @@ Why a separate term. An unbiased importance weight makes a peer's rows estimate 
 on-policy gradient, so even a much stronger peer's rollouts are worth about as much as the
 receiver's own samples (docs/BENCHMARKS.md §12C); taking all of them at weight 1 (NoIS) harms,
 because the peer's wrong answers are pushed the peer's way too. Imitating only the rows the
-receiver's own verifier scored above their group is what moves a student towards a stronger teacher
-of its tokenizer (§12D: +0.062 ± 0.030 held-out over the student alone, 8 seeds).
+receiver's own verifier scored above their group does teach a student of the same tokenizer (§12D:
++0.062 ± 0.030 held-out over the student alone, 8 seeds), but not by the peer's strength: an
+untrained, frozen copy of the student sending as many groups helped as much (trained teacher − copy
++0.006 ± 0.013). What a peer adds is more correct answers to imitate than the node's own generation
+gives; imitating its own above-mean answers lifts a node alone by about half as much.
 
 This is the project's own method, not a paper's: reward-filtered imitation (rejection-sampling
 fine-tuning) of other models' samples, added to the policy-gradient loss. For a peer of another

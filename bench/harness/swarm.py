@@ -1,6 +1,10 @@
 """The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.exchange.memory: the real
-encode, vet, receive rules and fan-in), one torch thread each, taking turns round by round — reproducible, so
-arms differ only in what they set. Used by the learning benches that compare a node in a swarm with one alone."""
+encode, vet, receive rules and fan-in), one torch thread each, taking turns round by round, so arms differ only in
+what they set. A node without peers' groups reproduces its run exactly; with peers a run is not reproducible: the
+fan-in's fetch windows and announcement ages run on wall-clock time, so which peers' groups a round receives depends
+on how fast the rounds run (two runs of one arm on one model: up to 0.039 held-out apart on a seed, 80 against 72
+peers' groups a node; docs/BENCHMARKS.md §13). Used by the learning benches that compare a node in a swarm with one
+alone."""
 
 from __future__ import annotations
 

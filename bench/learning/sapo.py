@@ -8,7 +8,8 @@ as on-policy, and F-TIS), over several seeds.
 
 The nodes run in one process, one after another each round, on the in-memory twin of the
 transport (swarm.exchange.memory: the same receive rules and fan-in as the real one), each on one torch
-thread — so runs are reproducible and the only thing that differs between configurations is I/J.
+thread, so configurations set only I/J differently. A run at 8/0 reproduces exactly; with peers it does not: the
+fetch windows run on wall-clock time, so which peers' groups a round receives depends on how fast rounds run.
 A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
 
 Reported per configuration (mean over seeds, 95 % t-interval across seeds; `*_vs_first` is the

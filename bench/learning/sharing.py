@@ -3,7 +3,8 @@
 Arms (I own + J peers' groups trained per round, G groups generated per round, per node):
 
   A  8 / 0, generate 8    alone
-  B  4 / 4, generate 8    SAPO at equal generation (and equal batch)
+  B  4 / 4, generate 8    SAPO at equal generation (8 groups a step, as A; A drops its own groups of equal
+                          rewards, so under a binary reward B trains ≈ 1.8× A's tokens)
   C  4 / 4, generate 4    half the generation; peers' groups fill the step
   D  4 / 0, generate 4    alone at half the generation
   E  B, and node k draws only difficulty band k (mod the number of bands); every node is evaluated
@@ -12,7 +13,9 @@ Arms (I own + J peers' groups trained per round, G groups generated per round, p
 Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
 nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
 in-memory twin of the transport (swarm.exchange.memory: the real receive rules and fan-in), one process and
-one torch thread per swarm, so a run is deterministic; `--jobs` runs swarms side by side.
+one torch thread per swarm; `--jobs` runs swarms side by side. An arm without peers (A, D) reproduces exactly;
+one with peers does not, because the twin's fetch windows run on wall-clock time and which peers' groups a round
+receives depends on how fast the rounds run (bench/harness/swarm.py).
 
 Per run, mean over its nodes: held-out exact-match gain (after − before), overall and per task kind
 (the hard band separately), cumulative reward (Σ of a node's mean reward on its own rollouts) and
@@ -31,7 +34,7 @@ own ones too), arms C and D, tag _imitation, paired by seed and arm across updat
   imitation makes peers' groups worth more    C[f-tis+imit] − C[f-tis] > 0, interval excluding 0
   sharing pays under imitation, at equal loss  C[f-tis+imitall] − D[f-tis+imitall] > 0, likewise
   a peer's answers beyond one's own            C[f-tis+imit] − D[f-tis+imitall] > 0, likewise
-and, added after those came out and before their runs, arms A and B (equal generation and batch):
+and, added after those came out and before their runs, arms A and B (equal generation):
   SAPO's comparison under imitation            B[f-tis+imitall] − A[f-tis+imitall] > 0, likewise
   imitation at equal generation                B[f-tis+imit] − B[f-tis] > 0, likewise
 

@@ -50,8 +50,9 @@ class TrainConfig(PlacementConfig):
     imitate: float = Field(
         0.0, ge=0, le=100.0, description="lam: add −lam·(1/N)·Σ mean_t log π over the rows whose advantage is positive "
         "(answers that scored above their group by this node's verifier; of peers only, or all with imitate_rows) to "
-        "the loss: imitation of a stronger peer's better answers, which importance-weighted rows alone do not "
-        "transfer (losses/imitation.py, docs/BENCHMARKS.md §12D; this project's own method). 0 = off.")
+        "the loss: imitation of peers' better answers, which taught a lab student where importance-weighted rows "
+        "alone did not, though not by the peer's strength (an untrained copy sending as many groups helped as much; "
+        "losses/imitation.py, docs/BENCHMARKS.md §12D; this project's own method). 0 = off.")
     imitate_rows: Literal["peers", "all"] = Field(
         "peers", description="Which above-mean rows `imitate` pushes up: peers' only, or ours too (all: the "
         "control that tells a peer's answers from the extra push on successes itself).")
@@ -59,7 +60,8 @@ class TrainConfig(PlacementConfig):
         "own", description="What an answer must beat to be imitated: its group's mean (group), or that and the mean "
         "reward of this node's own rows in the step (own: a weaker peer's best answers, still worse than what this "
         "node writes, are not imitated; under a binary reward the two choose the same rows unless every own row "
-        "of the step is correct). docs/BENCHMARKS.md §12D.")
+        "of the step is correct). A step with no own rows (every own group dropped for equal rewards, or none "
+        "selected) has no own bar: the group's mean alone decides. docs/BENCHMARKS.md §12D.")
     peer_token_floor: float = Field(
         0.0, ge=0, lt=1.0, description="p: a peer's token whose probability under this node's own policy (at the "
         "start of the step, at the sampling temperature) is below p gets no gradient, nor (peer_floor_span: rest) "
