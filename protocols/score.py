@@ -1,5 +1,5 @@
 """A score request and its response: a student asks a teacher for log π_teacher of its own tokens
-(docs/PROTOCOL.md §11; not yet served by the node).
+(docs/PROTOCOL.md §11; the stream is swarm.exchange.scoring).
 
     request  = zstd(msgpack({"v": 1, "swarm", "prompt", "temperature", "completions": [c, ...]
                              [, "tokenizer", "vocab_size"]}))

@@ -100,7 +100,9 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                same: OPD − D > 0 with an interval that excludes 0 (the goal is ≥ +0.10), and
                                OPD − OPD0 > 0 with an interval that excludes 0: the teacher's strength is what
                                teaches; wide2spell and spell2wide: OPD − D > 0 with an interval that excludes 0.
-                               OPD − Ti reported beside them (Ti from the same invocation)
+                               (λ = 1: on seeds 100–101, OPD − D was −0.008 at λ 1 and −0.028 at λ 3,
+                               `teacher_opd_pilot*.json`; Ti is not rerun: §12D's stored Ti runs are the
+                               reference, from other code)
                                Also reported: the student's KL to the teacher on its scored tokens in the first
                                and last 5 rounds, student tokens scored and teacher tokens computed per student
                                token generated
