@@ -23,6 +23,8 @@ scored tokens (`distill_kl`) and λ (`distill_lambda`).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +45,9 @@ from swarm.exchange.scoring import ScoreFailed
 
 if TYPE_CHECKING:
     from node.distill.config import DistillConfig
+
+log = logging.getLogger(__name__)
+_PEER_ID = re.compile(r"[1-9A-HJ-NP-Za-km-z]{1,128}")  # base58: what a peer id is written in
 
 
 @dataclass
@@ -79,10 +84,10 @@ class Student:
 
     def teachers(self) -> list[str]:
         """The peers `distill.teachers` names among those whose records this node has seen (by peer id or by
-        model); while it has seen none of them, the entries themselves, taken as peer ids."""
+        model); while it has seen none of them, the entries that can be peer ids (base58), as peer ids."""
         named = set(self.cfg.teachers)
         known = {p for p, m in self.models.items() if m in named or p in named}
-        return sorted((known or named) - {self.link.peer_id})
+        return sorted((known or {t for t in named if _PEER_ID.fullmatch(t)}) - {self.link.peer_id})
 
     def ask(self, round_: int, groups: list[Group], prompts: list[str]) -> Asked:
         candidates = self.teachers()
@@ -129,6 +134,8 @@ class Student:
             except (ScoreFailed, RecordError) as exc:
                 if exc.reason == "refused:wrong_tokenizer":
                     self.bytes_only.add(asked.teacher)
+                if not drops[exc.reason]:  # once per reason and round
+                    log.info("a score answer from %s dropped: %s", asked.teacher, exc)
                 drops[exc.reason] += 1
                 continue
             p.group.teacher_logps = [list(lp) if lp else None for lp in resp.logprobs]

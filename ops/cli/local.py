@@ -2,7 +2,8 @@
 
 Each node gets its own directory ``OUT/<node>/`` (node.log, metrics.jsonl, checkpoints). With a
 learner (`--samplers K`, node.heterorl.local), the samplers run until the learner's rounds are done
-and are then stopped (status "stopped (learner done)", not a failure). When one config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
+and are then stopped (status "stopped (the others done)", not a failure); so does a teacher that only serves
+scores (`distill.serve`) beside a student that asks it (`distill.teachers`). When one config is given for several nodes, node i runs it with ``name=<name>-i``, ``seed=seed+i`` and
 ``tasks.seed=tasks.seed+i`` — its own task stream, the same held-out set (tasks.eval_seed) — so
 the nodes have different groups to exchange. With `metrics.prometheus_port` set, node i serves
 /metrics on that port + i (printed at start). A node that dies stops the run at once: its last log
@@ -76,7 +77,7 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
             sets.append(f"torch_threads={threads}")
         sets += hetero[i]
         rounds = args.rounds
-        if roles[i] == "sampler" and "learner" in roles:  # samples as long as its learner trains
+        if roles[i] == "sampler" and "learner" in roles or _serves_only(base, bases):  # as long as others need it
             sets.append(f"rounds={SAMPLER_ROUNDS}")
             rounds = None
         extra = [a for s in sets + user_sets for a in ("--set", s)]
@@ -89,17 +90,23 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
     return plan
 
 
+def _serves_only(base: NodeConfig, bases: list[NodeConfig]) -> bool:
+    """A teacher (distill.serve) that asks no teacher itself, in a run with a student: it runs until the others
+    are done (its rounds only keep its records, and so its address, fresh)."""
+    return base.distill.serve and not base.distill.teachers and any(b.distill.teachers for b in bases)
+
+
 def _control(args, path: str, base: NodeConfig, name: str, user_sets: list[str],
              processes: int) -> tuple[str, str, NodeConfig, list[str]]:
-    """The solo control of the node `name` runs (config `path`): its seed and task stream, no swarm, all of
-    its own groups trained."""
+    """The solo control of the node `name` runs (config `path`): its seed and task stream, no swarm (and so no
+    teacher to distill from), all of its own groups trained."""
     if getattr(args, "samplers", None) is not None or base.federated is not None:
         raise ConfigError("--control compares a sampling-and-training node with one alone: not with --samplers "
                           "or a federated config")
     sel = base.select
     sets = [f"name={name}-solo", "swarm.enabled=false", "metrics.console=false", f"seed={base.seed}",
             f"tasks.seed={base.tasks.seed}", f"select.local_groups={sel.local_groups + sel.external_groups}",
-            "select.external_groups=0"]
+            "select.external_groups=0", "distill.teachers=[]", "distill.serve=false"]  # alone: no teacher either
     if base.torch_threads is None:
         sets.append(f"torch_threads={max(1, (os.cpu_count() or 2) // processes)}")
     sets += user_sets
@@ -189,7 +196,7 @@ def run_local(args) -> int:
         failed = _supervise(bootstrap, nodes, plan, out, maddrs, getattr(args, "restart", 0), status, children)
         for name, c in nodes.items():
             if c.poll() is None:  # a sampler after its learners finished, or anything after a failure
-                status[name] = "stopped" if failed else "stopped (learner done)"
+                status[name] = "stopped" if failed else "stopped (the others done)"
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping every node (checkpoints are kept)", flush=True)
@@ -212,7 +219,8 @@ def _supervise(bootstrap: Child, nodes: dict[str, Child], plan, out: Path, maddr
     tails = {name: _Tail(out / name / "metrics.jsonl") for name in nodes}
     left = dict.fromkeys(nodes, restarts)
     args_of = {name: (path, cfg, extra) for name, path, cfg, extra in plan}
-    ends = [name for name, _, cfg, _ in plan if cfg.role == "learner"] or list(nodes)
+    ends = [name for name, _, cfg, _ in plan if cfg.role == "learner"] or \
+        [name for name, _, cfg, _ in plan if cfg.rounds != SAMPLER_ROUNDS] or list(nodes)
     while True:
         for tail in tails.values():
             for m in tail.new():

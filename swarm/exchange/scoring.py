@@ -11,7 +11,8 @@ module moves bytes and bounds them.
              strangers); `answer(requester, request)` runs in one worker thread, so forward passes run one at a
              time and the requests waiting for it are at most the handler's admitted streams; the whole
              exchange is bounded by `timeout_s`
-    ask      returns a concurrent Future at once: the response bytes, or ScoreFailed with the reason
+    ask      returns a concurrent Future at once: the response bytes, or ScoreFailed with the reason; requests to
+             one teacher take turns on one stream at a time (its admission takes at most two of a peer's at once)
              (`refused:<status>`, `timeout`, `unreachable`, or a wire reason such as `size_mismatch`)
 
 The requester is the stream's remote peer id, which libp2p's secure channel authenticates; the response is
@@ -61,6 +62,7 @@ class HivemindScoreLink:
         self.transport, self.max_bytes, self.timeout_s = transport, max_bytes, timeout_s
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="score")
         self._answer: Answer | None = None
+        self._turns: dict[str, asyncio.Lock] = {}  # teacher → its turn (used on the transport's loop only)
 
     @property
     def peer_id(self) -> str:
@@ -104,7 +106,7 @@ class HivemindScoreLink:
 
     async def _ask(self, peer: str, request: bytes) -> bytes:
         try:
-            return await asyncio.wait_for(self._exchange(peer, request), self.timeout_s)
+            return await asyncio.wait_for(self._one_at_a_time(peer, request), self.timeout_s)
         except TimeoutError as exc:
             raise ScoreFailed("timeout", f"no answer within {self.timeout_s:g} s") from exc
         except wire.FetchError as exc:
@@ -113,6 +115,16 @@ class HivemindScoreLink:
             raise
         except Exception as exc:  # dial failures, a reset stream: the teacher cannot be reached now
             raise ScoreFailed("unreachable", repr(exc)[:200]) from exc
+
+    async def _one_at_a_time(self, peer: str, request: bytes) -> bytes:
+        """One stream to a teacher at a time: its admission takes few streams from one peer at once, and it
+        scores one request at a time anyway."""
+        if peer not in self._turns:
+            while len(self._turns) >= 64:  # forget the oldest teacher's turn (no stream waits on it after its round)
+                self._turns.pop(next(iter(self._turns)))
+            self._turns[peer] = asyncio.Lock()
+        async with self._turns[peer]:
+            return await self._exchange(peer, request)
 
     async def _exchange(self, peer: str, request: bytes) -> bytes:
         reader, writer = await self.transport.open_stream(peer, SCORE_NAME)

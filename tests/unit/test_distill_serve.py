@@ -100,7 +100,6 @@ def test_service_answers_with_the_teachers_scores_and_charges_what_it_computed(t
 def test_service_refuses_before_any_forward_pass(tiny_qwen, served):
     service, calls = served
     tok = tiny_qwen.tokenizer
-    _, data = _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
     assert service.answer("a", b"\x00garbage")[0] == "zstd"
     assert service.answer("a", _request(tok, tiny_qwen.fingerprint, tiny_qwen.vocab_size, swarm="other")[1])[0] \
         == "wrong_swarm"
