@@ -6,7 +6,8 @@
              admission, fetch, push, wire, polling, loop)
   dht/       this process's DHT peer and its record validators (peer), the requests it serves each sender
              (budget), expirations (expiry), a DHT-only bootstrap peer (bootstrap)
-  net/       who this peer is (identity: libp2p peer id and DHT signing key) and how it dials (dial)
+  net/       who this peer is (identity: libp2p peer id and DHT signing key), how it dials (dial), and
+             gossipsub through p2pd (pubsub)
   weights/   weight broadcast for HeteroRL (channel, and hivemind: the channel on hivemind) and decentralized
              LoRA adapter averaging for federated mode (averaging)
   host/      this machine's side: is the swarm machinery running (health), `swarm doctor`'s checks (doctor),
