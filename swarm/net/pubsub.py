@@ -41,7 +41,8 @@ daemons by tests/integration/test_pubsub.py):
   age, swarm id) is checked after receipt and cannot stop the relaying;
 - go-libp2p-pubsub's own limit on one message (1 MiB by default) is the only size limit in the daemon:
   a longer message is accepted by the publishing daemon without an error and delivered to nobody;
-  anything shorter reaches our Subscription, which skips frames over `max_frame`.
+  anything shorter reaches our Subscription, which skips frames over `max_frame`;
+- one publisher's messages are not kept in order (a long one can arrive after a short one sent later).
 """
 
 from __future__ import annotations
