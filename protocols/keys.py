@@ -12,7 +12,8 @@ so a node that joins late, restarts or runs 100× slower reads the windows of th
 say. Shards spread one window's announcements over `shards` keys, so no key is hot when
 thousands of peers announce; a reader reads all of them (small swarms) or a random subset.
 `window_s` and `shards` are swarm-wide parameters, like the swarm id: peers that disagree on
-them do not see each other.
+them do not see each other. Announcements gossiped over libp2p pubsub (swarm.net.pubsub) travel on
+one topic per swarm and protocol version, `{swarm}/announce/v{version}` (`announce_topic`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def shard_of(peer_id: str, shards: int = SHARDS) -> int:
 def rollouts_key(swarm: str, window: int, shard: int) -> str:
     """The DHT key of one shard of one window's announcements."""
     return f"{swarm}/rollouts/w{window}/s{shard}"
+
+
+def announce_topic(swarm: str, version: int) -> str:
+    """The gossipsub topic of one swarm's announcements under one protocol version (swarm.net.pubsub)."""
+    return f"{swarm}/announce/v{version}"
 
 
 def windows_back(now_window: int, max_age_s: float, window_s: float = WINDOW_S) -> list[int]:

@@ -3,10 +3,11 @@
   exchange/  how records travel between peers: the Transport interface the node calls and InboxFront (the calls
              answered from the Inbox), the receive rules (receive, inbox, standing, pending), the in-memory
              twin (memory) and the real transport on hivemind (hivemind, with its streams: handlers,
-             admission, fetch, push, wire, polling, loop)
+             admission, fetch, push, wire, polling, loop; gossip beside the DHT)
   dht/       this process's DHT peer and its record validators (peer), the requests it serves each sender
              (budget), expirations (expiry), a DHT-only bootstrap peer (bootstrap)
-  net/       who this peer is (identity: libp2p peer id and DHT signing key) and how it dials (dial)
+  net/       who this peer is (identity: libp2p peer id and DHT signing key), how it dials (dial), and
+             gossipsub through p2pd (pubsub)
   weights/   weight broadcast for HeteroRL (channel, and hivemind: the channel on hivemind) and decentralized
              LoRA adapter averaging for federated mode (averaging)
   host/      this machine's side: is the swarm machinery running (health), `swarm doctor`'s checks (doctor),

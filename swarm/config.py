@@ -98,6 +98,9 @@ class SwarmConfig(BaseModel):
                                         "first); 0 = none (a sampler, which never trains)")
     notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
                               "directly (the DHT is the fallback); 0 = DHT only")
+    gossip: bool = Field(False, description="also announce over libp2p gossipsub (p2pd runs pubsub; one topic per "
+                         "swarm and protocol version) and take peers' gossiped announcements, vetted like DHT "
+                         "values; the DHT announcements and polling are unchanged")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "

@@ -7,8 +7,9 @@ signs announcements are the same (swarm.net.identity). Hivemind traps handled: `
 explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
 host), a bootstrap that does not answer tried again until that timeout is spent (hivemind dials the
 initial peers only once), then turned into `BootstrapUnreachable` with one line. Client mode and
-relay options go to hivemind here (`network_options`). `read_keys` is the DHT read that runs
-inside the DHT process (the transport's and the weight channel's polls).
+relay options go to hivemind here (`network_options`), and `gossip` starts its p2pd with pubsub on.
+`read_keys` is the DHT read that runs inside the DHT process (the transport's and the weight
+channel's polls).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import time
 from collections.abc import Sequence
 
+import hivemind.dht.node
 from hivemind import DHT
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.routing import DHTID
@@ -39,6 +41,7 @@ from swarm.net.identity import (
     load_or_create_identity,
     peer_id_of_subkey,
 )
+from swarm.net.pubsub import PubsubP2P
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,12 @@ class QuietOrphanDHT(DHT):
     its traceback, then retried until the orphan watchdog stopped it). Here the child asks the kernel
     for SIGTERM when its parent dies (Linux), drops hivemind's log records once it is an orphan, and
     leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first. It also serves
-    each sender's DHT requests within a budget (swarm.dht.budget)."""
+    each sender's DHT requests within a budget (swarm.dht.budget). With `pubsub`, its p2pd runs gossipsub
+    (swarm.net.pubsub.PubsubP2P, bound in this process only to the name hivemind's DHTNode starts p2pd with)."""
+
+    def __init__(self, *args, pubsub: bool = False, **kwargs):
+        self.pubsub = pubsub  # set before DHT.__init__ starts the child process
+        super().__init__(*args, **kwargs)
 
     def run(self) -> None:
         parent = os.getppid()
@@ -73,6 +81,8 @@ class QuietOrphanDHT(DHT):
             os._exit(0)
         logging.getLogger("hivemind.dht.dht").addFilter(keep)
         install_sender_budget()  # stores and finds served per sender (swarm.dht.budget), in this process only
+        if self.pubsub:
+            hivemind.dht.node.P2P = PubsubP2P
         try:
             super().run()
         except BaseException:
@@ -145,7 +155,8 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
                                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
                                   identity_path=identity_path, startup_timeout=max(left, 1.0),
                                   bootstrap_timeout=max(left, 1.0), record_validators=[validator, owned_entries(cfg)],
-                                  check_if_identity_free=not fresh_identity, **network_options(cfg))
+                                  check_if_identity_free=not fresh_identity, pubsub=cfg.gossip,
+                                  **network_options(cfg))
         except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
             if not (cfg.initial_peers and _bootstrap_failure(exc)):
                 raise

@@ -8,7 +8,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        (swarm.dht.expiry); the same announcement is pushed over
                        swarm.exchange.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
                        client mode (no listen address) the bundle is offered with its bytes to
-                       up to `push_peers` of them instead (swarm.exchange.push, over swarm.exchange.wire.PUSH_NAME)
+                       up to `push_peers` of them instead (swarm.exchange.push, over swarm.exchange.wire.PUSH_NAME);
+                       with cfg.gossip it is also published on the swarm's gossipsub topic (swarm.exchange.gossip)
     background poller: every poll_interval_s it reads the current window's shards (the previous
                        window's every 4th tick, on start the windows of the last max_age_s, a
                        crowded key less often: swarm.exchange.polling); every (subkey, value) goes through the shared
@@ -58,6 +59,7 @@ from swarm.dht.peer import read_keys, start_swarm_dht
 from swarm.exchange import wire
 from swarm.exchange.admission import DownloadSlots
 from swarm.exchange.fetch import fetch_announced, notify
+from swarm.exchange.gossip import GossipAnnouncements
 from swarm.exchange.handlers import StreamHandlers
 from swarm.exchange.loop import cancel_all_but_me, quiet_late_streams
 from swarm.exchange.polling import PollPlan
@@ -89,6 +91,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
         self.addrs = ""  # our dial hint in every announcement (protocols.addrs); "" in client mode
         self.fetch_errors = FetchErrors()  # peer → why its last fetch failed (`swarm doctor`)
         self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
+        self.gossip: GossipAnnouncements | None = None  # with cfg.gossip (swarm.exchange.gossip)
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
         self._announcing: set = set()  # announcements whose DHT store is still running (concurrent futures)
@@ -132,6 +135,8 @@ class HivemindTransport(StreamHandlers, InboxFront):
         # which announced addresses we dial: those of our own network's scopes, rate-limited (swarm.net.dial)
         self.dials = DialPolicy([*visible, *self.cfg.announce_maddrs], self.cfg.initial_peers)
         await self._add_handlers()  # swarm.exchange.handlers
+        if self.cfg.gossip:
+            self.gossip = await GossipAnnouncements.start(self)
         self._poller = asyncio.create_task(self._poll_forever())
 
     def _call(self, coro, timeout: float):
@@ -306,6 +311,8 @@ class HivemindTransport(StreamHandlers, InboxFront):
             return True
         for peer in self.inbox.push_targets(self.cfg.notify_peers) if push else ():
             self._spawn(notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
+        if self.gossip is not None and push:
+            self._spawn(self.gossip.publish(value))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)
         expiration = self._expirations.next(key, ann.created_at + self.cfg.max_age_s)  # newest wins (swarm.dht.expiry)
         fut = self._dht.store(key, value, expiration_time=expiration, subkey=self._validator.local_public_key,

@@ -2,4 +2,6 @@
 
   identity  RSA identity: libp2p peer id and DHT signing key in one
   dial      announced addresses: which to dial, at what rate
+  pubsub    gossipsub through hivemind's p2pd: a daemon started with pubsub on, and a client to
+            publish, subscribe and list a topic's peers over its control socket
 """
