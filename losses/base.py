@@ -99,6 +99,7 @@ class LossInputs:
     imitable: Tensor | None = None  # [B] bool: rows train.imitate may push up (losses/imitation.py); None: all
     logp_teacher: Tensor | None = None  # [B, T] a teacher's log π_T of each token (losses/distill.py); None: no teacher
     teacher_scored: Tensor | None = None  # [B, T] bool: tokens logp_teacher holds a score for
+    teacher_chunk: Tensor | None = None  # [B, T] long: the teacher's chunk of each token (None: one token per chunk)
 
 
 @dataclass

@@ -19,13 +19,25 @@ does are pushed up, the others down. Tokens without a teacher score (`teacher_sc
 completion the teacher could not align, or no teacher answer in time) get the reward advantage
 alone, and so do peers' rows: the KL is estimated only from samples of the student's own policy.
 
+Across tokenizers the teacher scores chunks of text both tokenizations end at, not the student's
+tokens (node.distill.score), and `teacher_chunk` names the chunk of each token. Then d_t above is
+replaced on every token t of a chunk c by the chunk's gap
+
+    d_c = Σ_{s ∈ c} log π_old(y_s) − log π_T(c)
+
+— the policy gradient of the chunk-level reverse KL with d_c as the reward of the chunk's tokens, as
+§6's `chunks` mode gives every token of a chunk the chunk's ratio. (Spreading log π_T(c) evenly over
+a chunk's tokens and using per-token gaps, as this module first did, pushes down a student's
+confident continuation tokens inside a chunk and up its first ones: a bias that made the student's
+KL to the teacher grow, docs/BENCHMARKS.md §12E.) With one token per chunk (the same tokenizer)
+d_c = d_t.
+
 Sources. The estimator is on-policy distillation as Thinking Machines describe it ("On-Policy
 Distillation", 2025: per-token reverse KL log π_student − log π_teacher on the student's own
 samples as a negative per-token advantage, importance-sampled against the sampling policy) and as
 KDRL combines it with a GRPO reward (arXiv 2506.02208: the reward advantage plus a reverse-KL term
-weighted by a coefficient with a schedule); across tokenizers the teacher's value is its chunk
-log-probability spread over the requester's tokens (node.distill.score, after ALM's chunk-level
-likelihood matching, arXiv 2503.20083).
+weighted by a coefficient with a schedule); across tokenizers the gap is taken per chunk of text,
+after ALM's chunk-level likelihood matching (arXiv 2503.20083).
 
 Departures, all ours:
 - The student's log-probability is π_old (the policy at the start of the round's steps, what
@@ -84,6 +96,18 @@ def teacher_mask(inputs: LossInputs) -> Tensor:
     return scored
 
 
+def chunk_gap(gap: Tensor, scored: Tensor, chunk: Tensor | None) -> Tensor:
+    """d_c = Σ_{t ∈ c} d_t on every scored token of its chunk c (`chunk`: [B, T] the chunk of each token; None:
+    one token per chunk, `gap` itself)."""
+    if chunk is None:
+        return gap
+    if tuple(chunk.shape) != tuple(gap.shape) or chunk.dtype.is_floating_point:
+        raise ValueError(f"LossInputs.teacher_chunk must be an integer tensor of shape {tuple(gap.shape)}")
+    idx = chunk.long().clamp(0, gap.shape[1] - 1)
+    sums = torch.zeros_like(gap).scatter_add(1, idx, torch.where(scored, gap, 0.0))
+    return torch.where(scored, sums.gather(1, idx), gap)
+
+
 def distill_advantages(inputs: LossInputs, lam: float) -> Tensor:
     """A_t [B, T] = A_i − λ·(log π_old − log π_T) on scored own tokens, A_i elsewhere (no gradient)."""
     scored = teacher_mask(inputs)
@@ -91,6 +115,7 @@ def distill_advantages(inputs: LossInputs, lam: float) -> Tensor:
     if not bool(scored.any()):
         return adv.clone()
     gap = inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float()
+    gap = chunk_gap(torch.where(scored, gap, 0.0), scored, inputs.teacher_chunk)
     return torch.where(scored, adv - lam * gap, adv)
 
 
@@ -104,7 +129,7 @@ def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = 
         teacher = torch.where(scored, inputs.logp_teacher.detach().float(), 0.0)
         gap = torch.where(scored, inputs.logp_old.detach().float() - teacher, 0.0)
     ratio = safe_exp(view.log_ratio_old)  # R = π_θ/π_old (grad), 1 in value on the round's first step
-    per_token, _ = clipped_surrogate(ratio, -lam * gap, eps, eps)
+    per_token, _ = clipped_surrogate(ratio, -lam * chunk_gap(gap, scored, inputs.teacher_chunk), eps, eps)
     term = reduce_tokens(per_token * scored, view, norm)
     n_scored, n_own = float(scored.sum()), float(own.sum())
     metrics = {"distill_kl": float(gap[scored].mean()) if n_scored else 0.0,

@@ -4,7 +4,7 @@
     request  = zstd(msgpack({"v": 1, "swarm", "prompt", "temperature", "completions": [c, ...]
                              [, "tokenizer", "vocab_size"]}))
     c        = {"text", "token_ids"} or {"text", "token_bytes"}
-    response = zstd(msgpack({"v": 1, "request", "lp", "logprobs": [bin, ...]}))
+    response = zstd(msgpack({"v": 1, "request", "lp", "logprobs": [bin, ...] [, "chunks": [bin, ...]]}))
 
 A completion carries the requester's token ids (packed like a record's, docs/PROTOCOL.md §2; then the
 request names the requester's tokenizer fingerprint and vocab size) or, for a teacher of another
@@ -102,6 +102,9 @@ class ScoreRequest:
 class ScoreResponse:
     request: str  # sha256 hex of the request's bytes
     logprobs: tuple[tuple[float, ...], ...]  # per completion: one value per requester token, or () (not aligned)
+    # per completion: requester tokens in each chunk of text both tokenizations end at (Σ = its tokens), or ()
+    # for one token per chunk (the same tokenizer); None: () for every completion
+    chunks: tuple[tuple[int, ...], ...] | None = None
     v: int = SCORE_VERSION
 
 
@@ -144,13 +147,20 @@ def encode_score_response(resp: ScoreResponse, *, logprob_dtype: str = "f32") ->
     """The response's bytes; values below MIN_LOGPROB are clamped to it, non-finite or positive ones refused."""
     if logprob_dtype not in ("f16", "f32"):
         raise ValueError(f"logprob_dtype must be 'f16' or 'f32', got {logprob_dtype!r}")
-    arrays = []
-    for lps in resp.logprobs:
+    arrays, chunks = [], []
+    for lps, ch in zip(resp.logprobs, resp.chunks or [()] * len(resp.logprobs)):
+        n = np.asarray(ch, dtype=np.int64)
+        if n.size and (not lps or int(n.min()) < 1 or int(n.max()) > 0xFFFF or int(n.sum()) != len(lps)):
+            raise ValueError("chunk lengths are 1..65535 tokens each and add up to the completion's values")
+        chunks.append(n.astype("<u2").tobytes())
         a = np.asarray(lps, dtype=np.float64)
         if not np.all(np.isfinite(a)) or (a.size and float(a.max()) > 0):
             raise ValueError("a teacher's log-probabilities are finite and <= 0")
         arrays.append(np.maximum(a, MIN_LOGPROB).astype("<f2" if logprob_dtype == "f16" else "<f4").tobytes())
-    return _compress({"v": resp.v, "request": resp.request, "lp": logprob_dtype, "logprobs": arrays})
+    d = {"v": resp.v, "request": resp.request, "lp": logprob_dtype, "logprobs": arrays}
+    if any(chunks):
+        d["chunks"] = chunks
+    return _compress(d)
 
 
 # ---------------------------------------------------------------- decode (untrusted bytes: RecordError)
@@ -233,7 +243,7 @@ def decode_score_response(data: bytes, request: ScoreRequest, request_sha256: st
     request's (`length_mismatch`), a NaN, positive or absurd value (`bad_logprob`)."""
     d = _unpack(_decompress(data, caps.codec_caps()), caps.codec_caps())
     _version(d, "response")
-    _exact(d, {"v", "request", "lp", "logprobs"}, set(), "response")
+    _exact(d, {"v", "request", "lp", "logprobs"}, {"chunks"}, "response")
     if _get(d, "request", str, "response") != request_sha256:
         raise RecordError("wrong_request", "the response names another request")
     lp = _get(d, "lp", str, "response")
@@ -253,4 +263,22 @@ def decode_score_response(data: bytes, request: ScoreRequest, request_sha256: st
         if a.size and (not np.all(np.isfinite(a)) or float(a.max()) > _LOGPROB_SLACK or float(a.min()) < MIN_LOGPROB):
             raise RecordError("bad_logprob", f"log-probabilities must be finite, <= 0 and >= {MIN_LOGPROB:g}")
         out.append(tuple(np.minimum(a, 0.0).tolist()))
-    return ScoreResponse(request=request_sha256, logprobs=tuple(out))
+    return ScoreResponse(request=request_sha256, logprobs=tuple(out), chunks=_chunks(d, out))
+
+
+def _chunks(d: dict, values: list[tuple[float, ...]]) -> tuple[tuple[int, ...], ...] | None:
+    """The response's chunk lengths, each array empty or ≥ 1 per chunk adding up to its completion's values."""
+    if "chunks" not in d:
+        return None
+    raw = _get(d, "chunks", list, "response")
+    if len(raw) != len(values):
+        raise RecordError("length_mismatch", f"{len(raw)} chunk arrays for {len(values)} completions")
+    out = []
+    for packed, lps in zip(raw, values):
+        if not isinstance(packed, bytes) or len(packed) % 2:
+            raise RecordError("schema", "a chunks entry is not bin of uint16")
+        n = np.frombuffer(packed, dtype="<u2").astype(np.int64)
+        if n.size and (not lps or int(n.min()) < 1 or int(n.sum()) != len(lps)):
+            raise RecordError("length_mismatch", "chunk lengths do not add up to the completion's values")
+        out.append(tuple(n.tolist()))
+    return tuple(out)

@@ -103,6 +103,11 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                (λ = 1: on seeds 100–101, OPD − D was −0.008 at λ 1 and −0.028 at λ 3,
                                `teacher_opd_pilot*.json`; Ti is not rerun: §12D's stored Ti runs are the
                                reference, from other code)
+  (chunk gaps, fixed before their runs: wide2spell and spell2wide rerun with the student's gap taken per chunk of
+   text, d_c on every token of chunk c (losses/distill.py), after the per-token spread above made the student's KL
+   to the teacher GROW in both pairings; `--name teacher_opd_chunks`, arms D OPD OPD0, 8 seeds)
+                               OPD − D > 0 with an interval that excludes 0 in each pairing, and OPD − OPD0
+                               reported beside it
                                Also reported: the student's KL to the teacher on its scored tokens in the first
                                and last 5 rounds, student tokens scored and teacher tokens computed per student
                                token generated

@@ -82,6 +82,17 @@ def score_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: S
                         max_tokens: int, temperature: float = 1.0) -> list[list[float] | None]:
     """log π_teacher of each requester token of each completion (module docstring), or None for a
     completion the two tokenizations cannot align. Raises ScoreRefused before any forward pass."""
+    return [values for values, _ in score_chunks_for_requester(
+        model, tokenizer, prompt, texts, pieces, same_tokenizer=same_tokenizer, max_tokens=max_tokens,
+        temperature=temperature)]
+
+
+def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
+                               pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
+                               max_tokens: int, temperature: float = 1.0
+                               ) -> list[tuple[list[float] | None, list[int] | None]]:
+    """score_for_requester's values with, per completion, the requester tokens in each chunk (in order; Σ = its
+    tokens), or None for one token per chunk (the same tokenizer) or a completion not aligned."""
     if len(texts) != len(pieces):
         raise ScoreRefused("pieces_mismatch", f"{len(texts)} texts but {len(pieces)} piece lists")
     if not texts:
@@ -104,13 +115,24 @@ def score_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: S
         raise ScoreRefused("over_budget", f"{cost} tokens to score over the budget of {max_tokens}")
     scores = _teacher_logprobs(model, tokenizer, prompt_ids, own, temperature)
     if same_tokenizer:
-        return scores
-    out: list[list[float] | None] = []
+        return [(s, None) for s in scores]
+    out: list[tuple[list[float] | None, list[int] | None]] = []
     for text, recv_ends, ids, lps in zip(texts, ends, own, scores):
         send_bytes = sender_token_bytes(tokenizer, text, ids) if ids else None
         alignment = chunk_alignment(recv_ends, send_bytes, tuple(lps)) if send_bytes and lps is not None else None
-        out.append(None if alignment is None else _spread(*alignment))
+        lengths = _lengths(alignment[0], len(alignment[1])) if alignment is not None else None
+        out.append((None, None) if lengths is None else (_spread(*alignment), lengths))
     return out
+
+
+def _lengths(chunks: list[int], n_chunks: int) -> list[int] | None:
+    """Requester tokens per chunk, in order (None unless every chunk holds ≥ 1 token, in increasing order)."""
+    if any(b < a for a, b in zip(chunks, chunks[1:])):
+        return None
+    counts = [0] * n_chunks
+    for c in chunks:
+        counts[c] += 1
+    return counts if all(counts) else None
 
 
 def _checked_ids(ids: Sequence[int], model: torch.nn.Module) -> list[int]:

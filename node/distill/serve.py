@@ -27,7 +27,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node.distill.score import ScoreRefused, pieces_of_token_bytes, score_for_requester
+from node.distill.score import ScoreRefused, pieces_of_token_bytes, score_chunks_for_requester
 from protocols.codec import RecordError
 from protocols.score import (
     ScoreCaps,
@@ -145,7 +145,7 @@ class ScoreService:
                     return "pieces_mismatch", b""
             texts = [c.text for c in req.completions]
             with self.teacher.lock:
-                scores = score_for_requester(self.teacher.model, self.teacher.tokenizer, req.prompt, texts, pieces,
+                scores = score_chunks_for_requester(self.teacher.model, self.teacher.tokenizer, req.prompt, texts, pieces,
                                              same_tokenizer=with_ids, max_tokens=bound, temperature=req.temperature)
             spent = min(bound, self._cost(req.prompt, texts, pieces, with_ids))
         except ScoreRefused as exc:
@@ -153,11 +153,12 @@ class ScoreService:
         finally:
             if spent < bound:
                 self.budget.give_back(requester, bound - spent)
-        logprobs = tuple(tuple(s) if s is not None else () for s in scores)
+        logprobs = tuple(tuple(s) if s is not None else () for s, _ in scores)
+        chunks = tuple(tuple(c) if c is not None else () for _, c in scores)
         with self._lock:
             self.tokens_served += sum(len(s) for s in logprobs)
             self.tokens_computed += spent
-        return "ok", encode_score_response(ScoreResponse(score_digest(data), logprobs), logprob_dtype=self.logprob_dtype)
+        return "ok", encode_score_response(ScoreResponse(score_digest(data), logprobs, chunks), logprob_dtype=self.logprob_dtype)
 
     def _cost(self, prompt: str, texts: list[str], pieces: list, with_ids: bool) -> int:
         """What the scoring fed the model: per completion, the prompt and its tokens in our tokenization."""

@@ -139,6 +139,7 @@ class Student:
                 drops[exc.reason] += 1
                 continue
             p.group.teacher_logps = [list(lp) if lp else None for lp in resp.logprobs]
+            p.group.teacher_chunks = [list(c) if c else None for c in (resp.chunks or [()] * len(resp.logprobs))]
             used += 1
             completions += sum(bool(lp) for lp in resp.logprobs)
             tokens += sum(len(lp) for lp in resp.logprobs)

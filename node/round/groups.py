@@ -35,6 +35,7 @@ class Group:
     # our own groups only: a teacher's log π_T of each token of each completion (None: that completion unscored),
     # set by on-policy distillation (node.distill.student) before selection
     teacher_logps: list[list[float] | None] | None = None
+    teacher_chunks: list[list[int] | None] | None = None  # its tokens per chunk of each (None: one token per chunk)
 
     @property
     def is_external(self) -> bool:

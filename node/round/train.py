@@ -49,6 +49,7 @@ class Row:
     chunk_logp: list[float] | None = None  # unaligned rows: the sender's log μ of each chunk
     imitable: bool = True  # train.imitate may push it up if its advantage is positive (build_rows' imitate_bar)
     logp_teacher: list[float] | None = None  # a teacher's log π_T of each of our tokens (node.distill.score); None: none
+    teacher_chunks: list[int] | None = None  # our tokens per chunk the teacher aligned (None: one token per chunk)
 
 
 @dataclass
@@ -82,8 +83,11 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
     rows = []
     for gid, g in enumerate(groups):
         prompt_ids = tokenizer(prompt_of(g.task), add_special_tokens=False)["input_ids"]
-        teacher = g.teacher_logps if g.aligned and not g.is_external and g.teacher_logps else [None] * len(g.completions)
-        for c, adv, reward, logp_teacher in zip(g.completions, g.advantages, g.rewards, teacher):
+        own = g.aligned and not g.is_external and g.teacher_logps
+        teacher = g.teacher_logps if own else [None] * len(g.completions)
+        teacher_chunks = (g.teacher_chunks or [None] * len(g.completions)) if own else [None] * len(g.completions)
+        for c, adv, reward, logp_teacher, t_chunks in zip(g.completions, g.advantages, g.rewards, teacher,
+                                                          teacher_chunks):
             alignment = None
             if g.aligned:
                 ids, beh = list(c.token_ids), list(c.logprobs)
@@ -100,7 +104,8 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
             rows.append(Row(TokenRow(prompt_ids, ids), beh, sum(c.logprobs), g.aligned, adv, gid, g.is_external,
                             truncated=c.finish_reason == "length",
                             chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None,
-                            imitable=imitate_bar is None or reward > imitate_bar, logp_teacher=logp_teacher))
+                            imitable=imitate_bar is None or reward > imitate_bar, logp_teacher=logp_teacher,
+                            teacher_chunks=t_chunks))
     return rows
 
 
@@ -200,7 +205,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         elif r.chunks is not None:
             chunk_ids[i, : len(r.chunks)] = torch.tensor(r.chunks)
             chunk_logp[i, : len(r.chunk_logp)] = torch.tensor(r.chunk_logp)
-    teacher, scored = _teacher_scores(rows, mask)
+    teacher, scored, teacher_chunk = _teacher_scores(rows, mask)
     dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
@@ -220,21 +225,28 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         imitable=torch.tensor([r.imitable for r in rows], device=dev),
         logp_teacher=None if teacher is None else teacher.to(dev),
         teacher_scored=None if scored is None else scored.to(dev),
+        teacher_chunk=None if teacher_chunk is None else teacher_chunk.to(dev),
     )
 
 
-def _teacher_scores(rows: list[Row], mask: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """A teacher's log π_T [b, T] and the tokens it scored [b, T] (a row's scores of another length: none),
-    or (None, None) when no row has any (losses/distill.py reads them)."""
+def _teacher_scores(rows: list[Row], mask: torch.Tensor):
+    """A teacher's log π_T [b, T], the tokens it scored [b, T] (a row's scores of another length: none) and the
+    chunk of each token [b, T] (its own index for one token per chunk), or Nones when no row has any
+    (losses/distill.py reads them)."""
     if all(r.logp_teacher is None for r in rows):
-        return None, None
+        return None, None, None
     teacher = torch.zeros(mask.shape)
     scored = torch.zeros(mask.shape, dtype=torch.bool)
+    chunk = torch.arange(mask.shape[1]).expand(mask.shape).clone()
     for i, r in enumerate(rows):
-        if r.logp_teacher is not None and len(r.logp_teacher) == len(r.tokens.completion_ids):
-            teacher[i, : len(r.logp_teacher)] = torch.tensor(r.logp_teacher)
-            scored[i, : len(r.logp_teacher)] = True
-    return teacher, scored
+        n = len(r.tokens.completion_ids)
+        if r.logp_teacher is not None and len(r.logp_teacher) == n:
+            teacher[i, :n] = torch.tensor(r.logp_teacher)
+            scored[i, :n] = True
+            if r.teacher_chunks is not None and sum(r.teacher_chunks) == n:
+                chunk[i, :n] = torch.repeat_interleave(torch.arange(len(r.teacher_chunks)),
+                                                       torch.tensor(r.teacher_chunks))
+    return teacher, scored, chunk
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,

@@ -144,3 +144,22 @@ def test_distillation_moves_the_student_towards_the_teacher_and_lambda_zero_does
     before0, after0 = distill_run("tiny-qwen2", lam=0.0)
     assert before0 == pytest.approx(before)
     assert after0 >= 0.99 * before0, (before0, after0)  # no reward signal and λ = 0: nothing moves it
+
+
+def test_chunk_gap_gives_every_token_of_a_chunk_the_chunks_gap():
+    """Across tokenizers the gap is the chunk's: the student's log-probabilities summed over the chunk against the
+    teacher's chunk log-probability (spread over the chunk's tokens, so their sum), on every token of the chunk."""
+    from losses.distill import chunk_gap
+
+    # one row, 4 tokens in chunks [0, 0, 1, 1]: e.g. "t" "e" | "n" "a"; a student confident in "e" after "t"
+    student = torch.tensor([[-2.0, -0.01, -1.0, -0.05]])
+    teacher_chunk_logp = [-1.5, -0.5]
+    teacher = torch.tensor([[-0.75, -0.75, -0.25, -0.25]])  # each chunk's value spread over its tokens
+    assert teacher[0, :2].sum() == teacher_chunk_logp[0]
+    scored = torch.ones(1, 4, dtype=torch.bool)
+    gap = chunk_gap(student - teacher, scored, torch.tensor([[0, 0, 1, 1]]))
+    want = [-2.01 + 1.5] * 2 + [-1.05 + 0.5] * 2
+    assert gap[0].tolist() == pytest.approx(want)
+    # per-token gaps would push the confident continuation "e" down (gap +0.74): the chunk's pushes both up
+    assert (student - teacher)[0, 1] > 0 and gap[0, 1] < 0
+    assert torch.equal(chunk_gap(student - teacher, scored, None), student - teacher)  # one token per chunk

@@ -233,6 +233,7 @@ def test_a_teacher_of_another_tokenizer_gets_token_bytes_after_refusing_ids(tiny
     metrics = student.collect(student.ask(1, [second], [PROMPT]))
     assert metrics["distill_answers"] == 1, metrics
     assert [len(x) for x in second.teacher_logps] == [len(c.token_ids) for c in second.completions]
+    assert [sum(x) for x in second.teacher_chunks] == [len(c.token_ids) for c in second.completions]
 
 
 def test_memory_link_refuses_oversized_messages():
@@ -242,3 +243,23 @@ def test_memory_link_refuses_oversized_messages():
     with pytest.raises(ScoreFailed) as exc:
         small.ask("teacher", b"y" * 10).result()
     assert exc.value.reason == "too_large"
+
+
+def test_a_response_carries_the_chunks_and_rejects_lengths_that_do_not_add_up(tiny_qwen):
+    req, data = _request(tiny_qwen.tokenizer, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
+    n = [c.n_tokens for c in req.completions]
+    good = ScoreResponse(score_digest(data), tuple(tuple([-0.5] * k) for k in n), ((1, n[0] - 1), ()))
+    back = decode_score_response(encode_score_response(good), req, score_digest(data))
+    assert back.chunks == ((1, n[0] - 1), ())
+    with pytest.raises(ValueError):  # an encoder refuses lengths that do not add up
+        encode_score_response(ScoreResponse(good.request, good.logprobs, ((1, n[0]), ())))
+    import numpy as np
+
+    from protocols.codec import RecordError, _compress
+
+    forged = _compress({"v": 1, "request": good.request, "lp": "f32",
+                        "logprobs": [np.full(k, -0.5, "<f4").tobytes() for k in n],
+                        "chunks": [np.array([1, n[0]], "<u2").tobytes(), b""]})
+    with pytest.raises(RecordError) as exc:
+        decode_score_response(forged, req, score_digest(data))
+    assert exc.value.reason == "length_mismatch"
