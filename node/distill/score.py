@@ -34,7 +34,7 @@ the budget, or on pieces that do not match the text, the call raises ScoreRefuse
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 import torch
 
@@ -127,7 +127,7 @@ def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, t
 
 def _lengths(chunks: list[int], n_chunks: int) -> list[int] | None:
     """Requester tokens per chunk, in order (None unless every chunk holds ≥ 1 token, in increasing order)."""
-    if any(b < a for a, b in zip(chunks, chunks[1:])):
+    if any(b < a for a, b in pairwise(chunks)):
         return None
     counts = [0] * n_chunks
     for c in chunks:

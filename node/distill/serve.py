@@ -27,7 +27,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node.distill.score import ScoreRefused, pieces_of_token_bytes, score_chunks_for_requester
+from node.distill.score import (
+    ScoreRefused,
+    pieces_of_token_bytes,
+    score_chunks_for_requester,
+)
 from protocols.codec import RecordError
 from protocols.score import (
     ScoreCaps,
