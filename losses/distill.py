@@ -26,11 +26,11 @@ replaced on every token t of a chunk c by the chunk's gap
     d_c = Σ_{s ∈ c} log π_old(y_s) − log π_T(c)
 
 — the policy gradient of the chunk-level reverse KL with d_c as the reward of the chunk's tokens, as
-§6's `chunks` mode gives every token of a chunk the chunk's ratio. (Spreading log π_T(c) evenly over
-a chunk's tokens and using per-token gaps, as this module first did, pushes down a student's
-confident continuation tokens inside a chunk and up its first ones: a bias that made the student's
-KL to the teacher grow, docs/BENCHMARKS.md §12E.) With one token per chunk (the same tokenizer)
-d_c = d_t.
+§6's `chunks` mode gives every token of a chunk the chunk's ratio. (This module first used per-token gaps against
+an even spread of log π_T(c); both forms made a student's KL to a stronger teacher of another
+tokenizer grow and cost it held-out accuracy, docs/BENCHMARKS.md §12E, where a suspected cause is
+named: the teacher scores its canonical tokenization of the text, the student its sampled tokens.)
+With one token per chunk (the same tokenizer) d_c = d_t.
 
 Sources. The estimator is on-policy distillation as Thinking Machines describe it ("On-Policy
 Distillation", 2025: per-token reverse KL log π_student − log π_teacher on the student's own

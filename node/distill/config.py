@@ -15,7 +15,8 @@ class DistillConfig(BaseModel):
     teachers: list[str] = Field(
         default_factory=list, max_length=16, description="Peers this node asks to score its own completions: peer "
         "ids, or model names a peer's records carry. A teacher's scores cannot be re-verified, so only these count. "
-        "Empty: no distillation.")
+        "Empty: no distillation. A teacher of another tokenizer is not fit for use yet: it harmed every measured "
+        "student (docs/BENCHMARKS.md §12E).")
     coef: float = Field(1.0, ge=0, le=100.0, description="λ: each scored token's advantage gets −λ·(log π_old − "
                         "log π_teacher) added to the reward advantage (losses/distill.py).")
     coef_end: float | None = Field(None, ge=0, le=100.0, description="λ after `coef_rounds` rounds (linear from "

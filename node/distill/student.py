@@ -132,8 +132,10 @@ class Student:
                 drops["late"] += 1
                 continue
             except (ScoreFailed, RecordError) as exc:
-                if exc.reason == "refused:wrong_tokenizer":
+                if exc.reason == "refused:wrong_tokenizer" and asked.teacher not in self.bytes_only:
                     self.bytes_only.add(asked.teacher)
+                    log.warning("teacher %s has another tokenizer: its scores come through the byte path, which "
+                                "has harmed every measured student so far (docs/BENCHMARKS.md §12E)", asked.teacher)
                 if not drops[exc.reason]:  # once per reason and round
                     log.info("a score answer from %s dropped: %s", asked.teacher, exc)
                 drops[exc.reason] += 1
