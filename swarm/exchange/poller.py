@@ -1,14 +1,15 @@
 """The transport's DHT poll loop, and how often it reads while gossip delivers (docs/PROTOCOL.md §5).
 
-Every `poll_interval_s` a tick runs; a tick that polls reads the keys the PollPlan names
-(swarm.exchange.polling), offers every signed entry to the Inbox and runs the fan-in choice. With
-gossip running (swarm.exchange.gossip), a tick polls only when `PollGate.due` says so: while gossip
-delivers — a valid new announcement arrived by it within the last `gossip_quiet_polls` poll intervals
-— every `gossip_poll_every`-th tick reads the DHT and the others are skipped (counted); when gossip
-goes quiet, or never delivered, every tick reads again. So a peer that only polls (gossip off, or a
-daemon without pubsub) is still seen by a gossiping one, a few seconds later: every peer stores its
-announcement in the DHT whatever its transport. Catch-up reads after a start are never skipped (the
-first ticks poll whatever gossip does).
+Every `poll_interval_s` an interval ends; one that polls is the PollPlan's next tick: it reads the keys
+the plan names (swarm.exchange.polling), offers every signed entry to the Inbox and runs the fan-in
+choice. With gossip running (swarm.exchange.gossip), an interval polls only when `PollGate.due` says
+so: while gossip delivers — a valid new announcement arrived by it within the last
+`gossip_quiet_polls` poll intervals — every `gossip_poll_every`-th interval reads the DHT and the
+others are skipped (counted); when gossip goes quiet, or never delivered, every interval reads
+again. So a peer that only polls (gossip off, or a daemon without pubsub) is still seen by a
+gossiping one, a few seconds later: every peer stores its announcement in the DHT whatever its
+transport. Catch-up reads after a start are never skipped (the first reads run whatever gossip
+does), and the previous window is still read every PREVIOUS_EVERY-th read.
 """
 
 from __future__ import annotations
@@ -47,15 +48,15 @@ class PollGate:
 
 async def poll_forever(t) -> None:
     """The poll loop of HivemindTransport `t` (on its loop)."""
-    tick = 0
+    tick = 0  # reads made: the PollPlan's ticks (every PREVIOUS_EVERY-th of them reads the previous window too)
     while True:
         try:
             gossip = t.gossip
             if gossip is None or t.poll_gate.due(gossip.last_offered, time.monotonic(), bool(t._plan.catch_up)):
-                await t._poll_once(tick)  # the transport's method (tests and benches wrap it)
+                tick += 1
+                await t._poll_once(tick - 1)  # the transport's method (tests and benches wrap it)
         except Exception:  # our bug, not a peer's: keep polling, but loudly
             log.exception("polling the swarm's announcements failed")
-        tick += 1
         await asyncio.sleep(t.cfg.poll_interval_s)
 
 
