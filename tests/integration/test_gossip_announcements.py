@@ -106,3 +106,28 @@ def test_a_gossip_peer_and_a_polling_peer_exchange_both_ways_while_gossip_backs_
         for p in peers:
             p.shutdown()
         boot.shutdown()
+
+
+def test_a_bootstrap_started_with_gossip_joins_the_topic_and_relays():
+    boot, maddrs = start_bootstrap(startup_timeout_s=60, gossip=True)
+    peers: list[HivemindTransport] = []
+    try:
+        for _ in range(2):
+            peers.append(HivemindTransport(cfg=peer_config(maddrs[:1], **GOSSIP)))
+        relay = boot.gossip_relay
+        deadline = time.monotonic() + 30
+        while not {p.peer_id for p in peers} <= set(relay.peers()):
+            assert time.monotonic() < deadline, "the bootstrap never saw both peers subscribe"
+            time.sleep(0.2)
+        assert boot.peer_id.to_base58() in peers[0].run_on_loop(peers[0].gossip.peers(), 10)
+        _wait_on_topic(peers[0], peers[1])
+        peers[0].publish([_record(peers[0].peer_id, 1)])
+        assert [r.peer for r in peers[1].take(min_records=1, timeout=15).records] == [peers[0].peer_id]
+        deadline = time.monotonic() + 10
+        while relay.received < 1:  # the bootstrap's daemon had the message too (it is in the topic's mesh)
+            assert time.monotonic() < deadline, "the bootstrap's subscription never got the message"
+            time.sleep(0.1)
+    finally:
+        for p in peers:
+            p.shutdown()
+        boot.shutdown()
