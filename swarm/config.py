@@ -106,7 +106,7 @@ class SwarmConfig(BaseModel):
                                    "every this-many poll intervals instead of every one (peers that only poll, "
                                    "newcomers); 1 = every interval")
     gossip_quiet_polls: int = Field(60, ge=1, le=100_000, description="gossip counts as delivering while a valid "
-                                    "new announcement arrived by it within this many poll intervals; after that "
+                                    "announcement arrived by it within this many poll intervals; after that "
                                     "the DHT is polled every interval again")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "

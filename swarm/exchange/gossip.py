@@ -26,8 +26,10 @@ from __future__ import annotations
 import logging
 import time
 
+from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
+from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,9 @@ class GossipAnnouncements:
         self.offered = 0  # of those, new valid announcements (fetch candidates)
         self.published = 0
         self.publish_failures = 0
-        self.last_offered: float | None = None  # time.monotonic() of the last offered one (swarm.exchange.poller)
+        # time.monotonic() of the last valid announcement gossip delivered, new or already had by a push or the DHT:
+        # while recent, the DHT polls back off (swarm.exchange.poller)
+        self.last_valid: float | None = None
 
     @classmethod
     async def start(cls, transport) -> GossipAnnouncements:
@@ -74,11 +78,23 @@ class GossipAnnouncements:
                 if msg.sender == self.transport.peer_id:
                     continue
                 self.received += 1
-                if inbox.offer(msg.data, msg.sender or None, now=time.time()):
+                now = time.time()
+                if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
-                    self.last_offered = time.monotonic()
+                    self.last_valid = time.monotonic()
                     self.transport._fetch_chosen()  # the fan-in choice, as for a pushed announcement
+                elif _valid(msg.data, msg.sender or None, inbox.limits, now):
+                    self.last_valid = time.monotonic()
         log.info("the gossip subscription to %s ended", self.topic)
+
+
+def _valid(value: bytes, sender: str | None, limits, now: float) -> bool:
+    """An announcement the receive rules accept, though not new to us (a push or the DHT brought it first)."""
+    try:
+        vet_announcement(value, sender, limits, now=now)
+    except RecordError:
+        return False
+    return True
 
 
 async def start_gossip(transport) -> tuple[GossipAnnouncements | None, str | None]:
@@ -112,6 +128,6 @@ class GossipReport:
         now["dht_polls_skipped"] = transport.poll_gate.skipped
         out = {k: v - self._before.get(k, 0) for k, v in now.items()}
         self._before = now
-        delivering = gossip is not None and transport.poll_gate.delivering(gossip.last_offered, time.monotonic())
+        delivering = gossip is not None and transport.poll_gate.delivering(gossip.last_valid, time.monotonic())
         return {"transport": "gossip" if gossip else "dht", "pubsub": gossip is not None,
                 "fallback": transport.gossip_fallback, "delivering": delivering, **out}

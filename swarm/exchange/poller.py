@@ -3,7 +3,7 @@
 Every `poll_interval_s` an interval ends; one that polls is the PollPlan's next tick: it reads the keys
 the plan names (swarm.exchange.polling), offers every signed entry to the Inbox and runs the fan-in
 choice. With gossip running (swarm.exchange.gossip), an interval polls only when `PollGate.due` says
-so: while gossip delivers — a valid new announcement arrived by it within the last
+so: while gossip delivers — a valid announcement (new, or one a push brought first) arrived by it within the last
 `gossip_quiet_polls` poll intervals — every `gossip_poll_every`-th interval reads the DHT and the
 others are skipped (counted); when gossip goes quiet, or never delivered, every interval reads
 again. So a peer that only polls (gossip off, or a daemon without pubsub) is still seen by a
@@ -52,7 +52,7 @@ async def poll_forever(t) -> None:
     while True:
         try:
             gossip = t.gossip
-            if gossip is None or t.poll_gate.due(gossip.last_offered, time.monotonic(), bool(t._plan.catch_up)):
+            if gossip is None or t.poll_gate.due(gossip.last_valid, time.monotonic(), bool(t._plan.catch_up)):
                 tick += 1
                 await t._poll_once(tick - 1)  # the transport's method (tests and benches wrap it)
         except Exception:  # our bug, not a peer's: keep polling, but loudly
