@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--poll-interval", type=float, default=0.5, help="swarm.poll_interval_s of every peer (default 0.5)")
     ap.add_argument("--transport", nargs="*", default=["dht"], choices=["dht", "gossip"],
                     help="how announcements travel: dht (swarm.gossip off) and/or gossip (on); each N runs each")
+    ap.add_argument("--gossip-poll-every", type=int, default=None,
+                    help="swarm.gossip_poll_every of the gossip peers (default: the config's)")
     ap.add_argument("--out", default="capacity")
     args = ap.parse_args(argv)
 
@@ -93,7 +95,8 @@ def run_one(n: int, beam: int, gossip: bool, args) -> dict:
         before, cpu0 = dht_probe.served(dht), cpu_seconds(dht.pid)
         level = run_level(n, per_process=args.per_process, rounds=args.rounds, period=args.period,
                           budget=args.budget, notify=8, maddr=maddrs[0], beam=beam,
-                          poll_interval=args.poll_interval, gossip=gossip, swarm_id=swarm_id)
+                          poll_interval=args.poll_interval, gossip=gossip, swarm_id=swarm_id,
+                          gossip_poll_every=args.gossip_poll_every)
         after = dht_probe.served(dht)  # over the level's whole life (start-up included)
         wall = after["t"] - before["t"]
         level["bootstrap_finds_per_s"] = (after["find_requests"] - before["find_requests"]) / wall

@@ -75,7 +75,8 @@ def worker(args) -> None:
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
                       startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify,
                       dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5,
-                      gossip=bool(args.gossip))
+                      gossip=bool(args.gossip),
+                      **({"gossip_poll_every": args.gossip_poll_every} if args.gossip_poll_every else {}))
     log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
     started = time.monotonic()
     peers = []
@@ -117,6 +118,12 @@ def worker(args) -> None:
         json.dump(log, f)
 
 
+def _default(field: str):
+    from swarm.config import SwarmConfig
+
+    return SwarmConfig.model_fields[field].default
+
+
 def cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of a process and its live descendants (a worker: its DHT processes and p2pds)."""
     import psutil
@@ -143,7 +150,7 @@ def pct(xs: list[float], q: float) -> float | None:
 
 def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
               maddr: str, beam: int = 0, poll_interval: float = 0.5, gossip: bool = False,
-              swarm_id: str | None = None) -> dict:
+              swarm_id: str | None = None, gossip_poll_every: int | None = None) -> dict:
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
@@ -155,10 +162,12 @@ def run_level(total: int, *, per_process: int, rounds: int, period: float, budge
             [sys.executable, "-m", "bench.harness.peers", "--peers", str(k), "--initial-peer", maddr,
              "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
              "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
-             "--poll-interval", str(poll_interval), *(["--gossip", "1"] if gossip else [])],
+             "--poll-interval", str(poll_interval), *(["--gossip", "1"] if gossip else []),
+             *(["--gossip-poll-every", str(gossip_poll_every)] if gossip and gossip_poll_every else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
-             "dht_read_beam": beam, "poll_interval_s": poll_interval, "transport": "gossip" if gossip else "dht"}
+             "dht_read_beam": beam, "poll_interval_s": poll_interval, "transport": "gossip" if gossip else "dht",
+             **({"gossip_poll_every": gossip_poll_every or _default("gossip_poll_every")} if gossip else {})}
     load = []
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
@@ -231,7 +240,7 @@ def dht_costs(logs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """One worker process: --peers peers on --initial-peer; prints {"ready"}, starts at the time read from stdin."""
     ap = argparse.ArgumentParser(description="worker of run_level (k peers in one process)")
-    for name in ("--peers", "--rounds", "--budget", "--notify", "--beam", "--gossip"):
+    for name in ("--peers", "--rounds", "--budget", "--notify", "--beam", "--gossip", "--gossip-poll-every"):
         ap.add_argument(name, type=int)
     ap.add_argument("--period", type=float)
     ap.add_argument("--poll-interval", type=float)
