@@ -19,7 +19,6 @@ def test_the_dht_is_polled_every_kth_tick_while_gossip_delivers_and_every_tick_w
     polled = [gate.due(100.0, 100.0 + i * 0.5) for i in range(8)]  # delivering
     assert polled == [False, False, False, True, False, False, False, True] and gate.skipped == 6
     assert gate.due(100.0, 106.0) and gate.due(100.0, 106.5)  # quiet again (> 5 s): every tick
-    assert gate.due(106.0, 106.5, catching_up=True)  # catch-up reads after a start are never skipped
 
 
 def _transport(gossip: bool, running):
