@@ -100,7 +100,14 @@ class SwarmConfig(BaseModel):
                               "directly (the DHT is the fallback); 0 = DHT only")
     gossip: bool = Field(False, description="also announce over libp2p gossipsub (p2pd runs pubsub; one topic per "
                          "swarm and protocol version) and take peers' gossiped announcements, vetted like DHT "
-                         "values; the DHT announcements and polling are unchanged")
+                         "values; announcements are still stored in the DHT, whose polls back off while gossip "
+                         "delivers; without pubsub in the daemon the node falls back to the DHT alone")
+    gossip_poll_every: int = Field(8, ge=1, le=10_000, description="while gossip delivers, the DHT is polled "
+                                   "every this-many poll intervals instead of every one (peers that only poll, "
+                                   "newcomers); 1 = every interval")
+    gossip_quiet_polls: int = Field(60, ge=1, le=100_000, description="gossip counts as delivering while a valid "
+                                    "announcement arrived by it within this many poll intervals; after that "
+                                    "the DHT is polled every interval again")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "

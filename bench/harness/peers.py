@@ -3,8 +3,9 @@
     synthetic_records   one lab round's records (B prompts × G completions × T tokens with ids, logprobs, text)
     run_level           N such peers in worker processes (`python -m bench.harness.peers`, k peers each) on one
                         bootstrap: each publishes a bundle every `period` seconds (its own offset) and takes
-                        what arrived, as `run_round` does; returns fan-in, pair latency and DHT costs
-    summarise, dht_costs, pct   what a level's worker logs add up to
+                        what arrived, as `run_round` does; returns fan-in, pair latency, DHT costs, CPU, and
+                        with `gossip` the peers' gossip counters
+    summarise, dht_costs, cpu_and_gossip, cpu_seconds, pct   what a level's worker logs add up to
 
 `time.monotonic()` is system-wide on Linux, so publish and arrival times from different processes compare
 directly. Each worker installs bench.harness.dht_probe before its first DHT, so the DHT costs are measured.
@@ -73,7 +74,9 @@ def worker(args) -> None:
     dht_probe.install()  # before the first DHT: every DHT child of this worker counts what it serves
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer],
                       startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify,
-                      dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5)
+                      dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5,
+                      gossip=bool(args.gossip),
+                      **({"gossip_poll_every": args.gossip_poll_every} if args.gossip_poll_every else {}))
     log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
     started = time.monotonic()
     peers = []
@@ -94,6 +97,7 @@ def worker(args) -> None:
     for t in peers:
         dht_probe.time_reads(t, reads)
     served0 = [dht_probe.served(t.dht) for t in peers]
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
     threads = [threading.Thread(target=run_peer, args=(t, t0, args.rounds, args.period, log,
                                                        random.Random(t.peer_id))) for t in peers]
     for th in threads:
@@ -101,12 +105,38 @@ def worker(args) -> None:
     for th in threads:
         th.join()
     log["served"] = [[a, dht_probe.served(t.dht)] for a, t in zip(served0, peers)]
+    log["cpu"] = [cpu_seconds() - cpu0, time.monotonic() - wall0, len(peers)]
+    log["gossip"] = {k: sum(getattr(t.gossip, k, 0) for t in peers if t.gossip)
+                     for k in ("received", "offered", "published", "publish_failures")}
+    log["gossip"]["running"] = sum(t.gossip is not None for t in peers)
+    log["gossip"]["dht_polls_skipped"] = sum(t.poll_gate.skipped for t in peers)
     log["reads"] = reads
     time.sleep(1.0)
     for t in peers:
         t.shutdown()
     with open(args.out, "w") as f:
         json.dump(log, f)
+
+
+def _default(field: str):
+    from swarm.config import SwarmConfig
+
+    return SwarmConfig.model_fields[field].default
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process and its live descendants (a worker: its DHT processes and p2pds)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 # ---------------------------------------------------------------- orchestrator
@@ -119,11 +149,12 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
-              maddr: str, beam: int = 0, poll_interval: float = 0.5) -> dict:
+              maddr: str, beam: int = 0, poll_interval: float = 0.5, gossip: bool = False,
+              swarm_id: str | None = None, gossip_poll_every: int | None = None) -> dict:
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
-    swarm_id = f"gossip-{total}-{budget}-{notify}-{int(time.time())}"  # earlier levels' peers are gone
+    swarm_id = swarm_id or f"gossip-{total}-{budget}-{notify}-{int(time.time())}"  # earlier levels' peers are gone
     for i in range(n_proc):
         k = min(per_process, total - i * per_process)
         outs.append(os.path.join(tmp, f"w{i}.json"))
@@ -131,9 +162,12 @@ def run_level(total: int, *, per_process: int, rounds: int, period: float, budge
             [sys.executable, "-m", "bench.harness.peers", "--peers", str(k), "--initial-peer", maddr,
              "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
              "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
-             "--poll-interval", str(poll_interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+             "--poll-interval", str(poll_interval), *(["--gossip", "1"] if gossip else []),
+             *(["--gossip-poll-every", str(gossip_poll_every)] if gossip and gossip_poll_every else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
-             "dht_read_beam": beam, "poll_interval_s": poll_interval}
+             "dht_read_beam": beam, "poll_interval_s": poll_interval, "transport": "gossip" if gossip else "dht",
+             **({"gossip_poll_every": gossip_poll_every or _default("gossip_poll_every")} if gossip else {})}
     load = []
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
@@ -169,7 +203,20 @@ def summarise(logs: list[dict]) -> dict:
         "skipped": sum(s for *_, s in rounds),
         "drop_reasons": dict(sum((Counter(log["drops"]) for log in logs), Counter())),
         **dht_costs(logs),
+        **cpu_and_gossip(logs),
     }
+
+
+def cpu_and_gossip(logs: list[dict]) -> dict:
+    """CPU the peers' processes used (their DHT processes and p2pds included) per peer, as a share of one core, over
+    the measured rounds; and the gossip counters summed over the peers."""
+    out: dict = {}
+    cpu = [log["cpu"] for log in logs if log.get("cpu")]
+    if cpu:
+        out["cpu_cores_per_peer"] = sum(c for c, _, _ in cpu) / sum(w * n for _, w, n in cpu)
+    if any(log.get("gossip") for log in logs):
+        out["gossip"] = dict(sum((Counter(log.get("gossip", {})) for log in logs), Counter()))
+    return out
 
 
 def dht_costs(logs: list[dict]) -> dict:
@@ -193,7 +240,7 @@ def dht_costs(logs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """One worker process: --peers peers on --initial-peer; prints {"ready"}, starts at the time read from stdin."""
     ap = argparse.ArgumentParser(description="worker of run_level (k peers in one process)")
-    for name in ("--peers", "--rounds", "--budget", "--notify", "--beam"):
+    for name in ("--peers", "--rounds", "--budget", "--notify", "--beam", "--gossip", "--gossip-poll-every"):
         ap.add_argument(name, type=int)
     ap.add_argument("--period", type=float)
     ap.add_argument("--poll-interval", type=float)

@@ -114,6 +114,10 @@ class Prom:
         self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
         self.refused = Counter("swarm_refused_total", "Streams refused, bundles declined and announced addresses not "
                                "dialled (<handler>:<why>, served:repeat, dial:<why>)", lab + ["what"], registry=r)
+        self.gossip = Counter("swarm_gossip_messages_total", "Gossiped announcements: received, offered (valid and "
+                              "new), published, publish_failures", lab + ["what"], registry=r)
+        self.pubsub = Gauge("swarm_gossip_running", "1 while announcements travel by gossip (pubsub running), 0 on "
+                            "the DHT alone", lab, registry=r)
         self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
         self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
         self.peers = Gauge("swarm_peers", "Peers seen, by standing (good: waited for and fetched first; new; "
@@ -170,6 +174,12 @@ class Prom:
             self.dropped.labels(n, reason).inc(count)
         for what, count in (m.get("refused") or {}).items():
             self.refused.labels(n, what).inc(count)
+        gossip = m.get("gossip") or {}
+        for what in ("received", "offered", "published", "publish_failures"):
+            if gossip.get(what):
+                self.gossip.labels(n, what).inc(gossip[what])
+        if m.get("announce_transport"):
+            self.pubsub.labels(n).set(m["announce_transport"] == "gossip")
         self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
         if m.get("gather_s") is not None:
             self.gather_latency.labels(n).observe(m["gather_s"])

@@ -95,6 +95,9 @@ def round_metrics(parts: RoundParts, out: RoundOutcome, eval_accuracy: float | N
         "peer_groups_note": peer_groups_note(out, parts.cfg.select.external_groups),
         "drops": out.gathered.drops,
         "refused": out.gathered.refused or None,  # streams refused, bundles declined, addresses not dialled
+        # gossip | dht (swarm.exchange.gossip); with swarm.gossip on, pubsub's state and counts since the last round
+        "announce_transport": out.gathered.announce.get("transport"),
+        "gossip": {k: v for k, v in out.gathered.announce.items() if k != "transport"} or None,
         "time": time.time(),
         **step.metrics,
         **out.extra,

@@ -80,6 +80,7 @@ class Gathered:
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → their last failure
     by_peer: dict[str, PeerTally] = field(default_factory=dict)  # peer → model, groups accepted, drops by reason
     refused: dict[str, int] = field(default_factory=dict)  # what the transport refused (swarm.exchange.receive.Delivery)
+    announce: dict = field(default_factory=dict)  # how announcements travel (swarm.exchange.gossip.GossipReport)
 
     def __add__(self, other: Gathered) -> Gathered:
         drops = Counter(self.drops)
@@ -88,7 +89,17 @@ class Gathered:
         return Gathered(self.groups + other.groups, dict(drops), waited, max(self.peers_seen, other.peers_seen),
                         self.skipped + other.skipped, self.bytes + other.bytes, self.too_old + other.too_old,
                         other.standing or self.standing, other.backed_off or self.backed_off,
-                        merge_by_peer(self.by_peer, other.by_peer), dict(Counter(self.refused) + Counter(other.refused)))
+                        merge_by_peer(self.by_peer, other.by_peer), dict(Counter(self.refused) + Counter(other.refused)),
+                        merge_announce(self.announce, other.announce))
+
+
+def merge_announce(a: dict, b: dict) -> dict:
+    """Two takes' announce reports: counts added up, states (transport, pubsub, fallback, delivering) the later's."""
+    out = {**a, **b}
+    for k, v in b.items():
+        if isinstance(v, int) and not isinstance(v, bool) and isinstance(a.get(k), int):
+            out[k] = a[k] + v
+    return out
 
 
 def merge_by_peer(a: dict[str, PeerTally], b: dict[str, PeerTally]) -> dict[str, PeerTally]:
@@ -180,7 +191,7 @@ def receive(parts: RoundParts, min_records: int = 0, timeout: float = 0.0, *, wh
     return Gathered(result.groups, dict(drops), delivery.waited_s, delivery.peers_seen, delivery.skipped,
                     delivery.bytes, standing=delivery.standing, backed_off=delivery.backed_off,
                     by_peer=by_peer(delivery.records, result.groups, result.peer_drops),
-                    refused=dict(delivery.refused))
+                    refused=dict(delivery.refused), announce=dict(getattr(delivery, "announce", {})))
 
 
 def verdicts(records: list, groups: list[Group], peer_drops: dict[str, Counter] | None = None

@@ -166,7 +166,7 @@ def cmd_bootstrap(args) -> int:
         _watchdog(stack)
         run_bootstrap(host_maddrs=args.host_maddrs, announce_maddrs=args.announce_maddrs or [],
                       identity_path=args.identity, startup_timeout_s=args.startup_timeout,
-                      swarm_id=args.swarm_id or "rlswarm", print_fn=print_fn)
+                      swarm_id=args.swarm_id or "rlswarm", print_fn=print_fn, gossip=args.gossip)
     return 0
 
 
@@ -307,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--swarm-id", help="swarm namespace, written into the peers file (default: none, any swarm)")
     b.add_argument("--maddrs-file", help="also write the multiaddrs to this peers file (node --initial-peers-file)")
     b.add_argument("--startup-timeout", type=float, default=60.0)
+    b.add_argument("--gossip", action="store_true", help="also run pubsub and relay the gossiped announcements of "
+                   "--swarm-id (nodes with swarm.gossip on)")
     b.set_defaults(fn=cmd_bootstrap)
 
     m = sub.add_parser("models", help="built-in models")

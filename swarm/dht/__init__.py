@@ -4,4 +4,5 @@
   budget     the DHT requests a node serves each sender
   expiry     DHT expirations under which a peer's newest announcement always wins
   bootstrap  a DHT-only bootstrap peer
+  relay      a bootstrap peer's subscription to a swarm's gossip topic, so that it relays
 """

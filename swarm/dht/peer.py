@@ -145,9 +145,12 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
     hivemind dials the initial peers once, when the DHT starts: a node started while its bootstrap is
     down (restarting, briefly unreachable) failed at once even if the bootstrap was back a second later.
     Here each failed bootstrap is retried after 1, 2, 4 … 8 s (a fresh p2pd each time) within the
-    startup timeout, and only then is it `BootstrapUnreachable`."""
+    startup timeout, and only then is it `BootstrapUnreachable`. With `gossip`, a p2pd that fails to start for
+    another reason (it refuses the pubsub flags) is started once more without them: the returned DHT's `pubsub`
+    is then False, and the transport falls back to the DHT alone (swarm.exchange.gossip)."""
     deadline = time.monotonic() + cfg.startup_timeout_s
     pause = 1.0
+    pubsub = cfg.gossip
     while True:
         left = deadline - time.monotonic()
         try:
@@ -155,9 +158,14 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
                                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
                                   identity_path=identity_path, startup_timeout=max(left, 1.0),
                                   bootstrap_timeout=max(left, 1.0), record_validators=[validator, owned_entries(cfg)],
-                                  check_if_identity_free=not fresh_identity, pubsub=cfg.gossip,
+                                  check_if_identity_free=not fresh_identity, pubsub=pubsub,
                                   **network_options(cfg))
         except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
+            if pubsub and not _bootstrap_failure(exc):  # p2pd refused its pubsub flags (an old or odd build)
+                log.warning("p2pd did not start with pubsub (%s); starting it without: announcements go through "
+                            "the DHT alone", str(exc).splitlines()[0][:200] if str(exc) else repr(exc))
+                pubsub = False
+                continue
             if not (cfg.initial_peers and _bootstrap_failure(exc)):
                 raise
             wait = min(pause, deadline - time.monotonic() - 0.5)

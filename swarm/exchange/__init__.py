@@ -7,13 +7,14 @@ the two transports and the streams under the real one.
   pending    decoded records waiting for the next round, bounded in bytes
   standing   per-peer standing: whom a round waits for, whose bundles come first, who is backed off
   polling    which DHT keys each poll reads, and how often a crowded one is read
+  poller     the DHT poll loop, and its back-off while gossip delivers
   memory     an in-memory twin of the transport for unit tests
   hivemind   the real one: DHT announcements + libp2p bundle streams
   handlers   the streams it answers (bundle, notify, push, info)
   admission  streams per peer and in all, download slots, bundles served per requester
   fetch      fetching one announced bundle, and notifying a peer of an announcement
   push       pushing our bundle to chosen peers, and receiving a peer's push
-  gossip     announcements over gossipsub beside the DHT (swarm.gossip, off by default)
+  gossip     announcements over gossipsub beside the DHT (swarm.gossip, off by default), its fallback and report
   wire       the bundle stream's framing (serve and fetch)
   scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
   loop       the transport's asyncio loop: its exception handler, emptied before it closes

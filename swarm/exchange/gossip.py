@@ -10,8 +10,15 @@ swarm.net.pubsub) and this piece, on the transport's loop:
     (swarm.net.identity). Our own messages, which the daemon delivers to us too, are skipped;
   - publishes each new announcement of ours on the topic once, when its first DHT store starts
     (not in client mode, whose bundles travel by push: swarm.exchange.push).
-The DHT stores and polls run as without it; a failed publish is counted (`publish_failures`) and
-logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub module docstring).
+The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
+the DHT polls back off while gossip delivers (swarm.exchange.poller). A failed publish is counted
+(`publish_failures`) and logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub
+module docstring).
+
+Fallback: `start_gossip` returns no GossipAnnouncements, and the reason, when the daemon runs without
+pubsub (a p2pd that refused the pubsub flags is started again without them: swarm.dht.peer) or the
+subscription fails; the transport then announces and polls through the DHT alone, logs the reason
+once and reports it in every take (`GossipReport`: the metrics line's `announce_transport` and `gossip`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ from __future__ import annotations
 import logging
 import time
 
+from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
+from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
 
 log = logging.getLogger(__name__)
@@ -37,6 +46,9 @@ class GossipAnnouncements:
         self.offered = 0  # of those, new valid announcements (fetch candidates)
         self.published = 0
         self.publish_failures = 0
+        # time.monotonic() of the last valid announcement gossip delivered, new or already had by a push or the DHT:
+        # while recent, the DHT polls back off (swarm.exchange.poller)
+        self.last_valid: float | None = None
 
     @classmethod
     async def start(cls, transport) -> GossipAnnouncements:
@@ -66,7 +78,56 @@ class GossipAnnouncements:
                 if msg.sender == self.transport.peer_id:
                     continue
                 self.received += 1
-                if inbox.offer(msg.data, msg.sender or None, now=time.time()):
+                now = time.time()
+                if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
+                    self.last_valid = time.monotonic()
                     self.transport._fetch_chosen()  # the fan-in choice, as for a pushed announcement
+                elif _valid(msg.data, msg.sender or None, inbox.limits, now):
+                    self.last_valid = time.monotonic()
         log.info("the gossip subscription to %s ended", self.topic)
+
+
+def _valid(value: bytes, sender: str | None, limits, now: float) -> bool:
+    """An announcement the receive rules accept, though not new to us (a push or the DHT brought it first)."""
+    try:
+        vet_announcement(value, sender, limits, now=now)
+    except RecordError:
+        return False
+    return True
+
+
+async def start_gossip(transport) -> tuple[GossipAnnouncements | None, str | None]:
+    """The transport's gossip, or (None, why not) when pubsub is unavailable (module docstring: Fallback)."""
+    if not getattr(transport.dht, "pubsub", False):
+        why = "p2pd did not start with pubsub"
+    else:
+        try:
+            return await GossipAnnouncements.start(transport), None
+        except (PubsubError, OSError, TimeoutError) as exc:
+            why = f"subscribing to the announcement topic failed: {exc}"
+    log.warning("gossip is on but unavailable (%s); announcing and polling through the DHT alone", why)
+    return None, why
+
+
+class GossipReport:
+    """What one take reports of how announcements travel (Delivery.announce): `transport` ("gossip" while our
+    pubsub runs, else "dht") and, with `swarm.gossip` on, whether pubsub runs, its fallback reason, whether gossip
+    delivers (the DHT polls back off), and the counters' increase since the previous take."""
+
+    COUNTED = ("received", "offered", "published", "publish_failures")
+
+    def __init__(self):
+        self._before: dict[str, int] = {}
+
+    def since_last(self, transport) -> dict:
+        gossip = transport.gossip
+        if not transport.cfg.gossip:
+            return {"transport": "dht"}
+        now = {k: getattr(gossip, k) for k in self.COUNTED} if gossip else dict.fromkeys(self.COUNTED, 0)
+        now["dht_polls_skipped"] = transport.poll_gate.skipped
+        out = {k: v - self._before.get(k, 0) for k, v in now.items()}
+        self._before = now
+        delivering = gossip is not None and transport.poll_gate.delivering(gossip.last_valid, time.monotonic())
+        return {"transport": "gossip" if gossip else "dht", "pubsub": gossip is not None,
+                "fallback": transport.gossip_fallback, "delivering": delivering, **out}

@@ -55,13 +55,14 @@ from protocols.keys import rollouts_key, shard_of
 from protocols.records import Announcement, RolloutRecord
 from swarm.config import SwarmConfig
 from swarm.dht.expiry import Expirations
-from swarm.dht.peer import read_keys, start_swarm_dht
+from swarm.dht.peer import start_swarm_dht
 from swarm.exchange import wire
 from swarm.exchange.admission import DownloadSlots
 from swarm.exchange.fetch import fetch_announced, notify
-from swarm.exchange.gossip import GossipAnnouncements
+from swarm.exchange.gossip import GossipAnnouncements, GossipReport, start_gossip
 from swarm.exchange.handlers import StreamHandlers
 from swarm.exchange.loop import cancel_all_but_me, quiet_late_streams
+from swarm.exchange.poller import PollGate, poll_forever, poll_once
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.push import Pusher
 from swarm.exchange.transport import Delivery, Inbox, InboxFront, make_bundle
@@ -92,6 +93,9 @@ class HivemindTransport(StreamHandlers, InboxFront):
         self.fetch_errors = FetchErrors()  # peer → why its last fetch failed (`swarm doctor`)
         self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
         self.gossip: GossipAnnouncements | None = None  # with cfg.gossip (swarm.exchange.gossip)
+        self.gossip_fallback: str | None = None  # why gossip is on but not running (DHT alone then)
+        self._gossip_report = GossipReport()
+        self.poll_gate = PollGate(cfg.gossip_poll_every, cfg.gossip_quiet_polls, cfg.poll_interval_s)
         self._served: OrderedDict[str, tuple[bytes, float]] = OrderedDict()  # sha256 → (bundle, created_at)
         self._served_lock = threading.Lock()
         self._announcing: set = set()  # announcements whose DHT store is still running (concurrent futures)
@@ -135,9 +139,9 @@ class HivemindTransport(StreamHandlers, InboxFront):
         # which announced addresses we dial: those of our own network's scopes, rate-limited (swarm.net.dial)
         self.dials = DialPolicy([*visible, *self.cfg.announce_maddrs], self.cfg.initial_peers)
         await self._add_handlers()  # swarm.exchange.handlers
-        if self.cfg.gossip:
-            self.gossip = await GossipAnnouncements.start(self)
-        self._poller = asyncio.create_task(self._poll_forever())
+        if self.cfg.gossip:  # or the DHT alone, said once, when pubsub is unavailable (swarm.exchange.gossip)
+            self.gossip, self.gossip_fallback = await start_gossip(self)
+        self._poller = asyncio.create_task(poll_forever(self))
 
     def _call(self, coro, timeout: float):
         if self._loop is None or self._stopped.is_set():
@@ -338,6 +342,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
             raise SwarmError("take on a transport that was shut down")
         delivery = self.inbox.take(min_records, timeout, self._stopped, while_earned=while_earned)
         delivery.refused = self._refused_since_last_take()
+        delivery.announce = self._gossip_report.since_last(self)
         return delivery
 
     def _refused_since_last_take(self) -> Counter:
@@ -348,36 +353,8 @@ class HivemindTransport(StreamHandlers, InboxFront):
         self._refused_before = total
         return new
 
-    async def _poll_forever(self) -> None:
-        tick = 0
-        while True:
-            try:
-                await self._poll_once(tick)
-            except Exception:  # our bug, not a peer's: keep polling, but loudly
-                log.exception("polling the swarm's announcements failed")
-            tick += 1
-            await asyncio.sleep(self.cfg.poll_interval_s)
-
     async def _poll_once(self, tick: int) -> None:
-        now = time.time()
-        keys = self._plan.keys(tick, now)
-        with self.inbox.cond:  # peers in good standing are kept first in a crowded key, backed-off ones last
-            prefer, avoid = self.inbox.standing.read_order(now)
-        try:
-            found = await asyncio.wait_for(self._dht.run_coroutine(partial(
-                read_keys, keys=list(keys), per_key=self.cfg.max_entries_per_key, counted=True,
-                beam=self.cfg.dht_read_beam, prefer=prefer, avoid=avoid), return_future=True),
-                self.cfg.dht_timeout_s)
-        except Exception as exc:  # a DHT hiccup: the next tick retries
-            log.info("DHT read of %d keys failed: %r", len(keys), exc)
-            found = {}
-        for key, (total, entries) in found.items():
-            self._plan.saw(key, total)
-            window, shard = keys[key]
-            for signer, value in entries:
-                if signer != self.peer_id:
-                    self.inbox.offer(value, signer, now=now, key_window=window, key_shard=shard)
-        self._fetch_chosen()
+        await poll_once(self, tick)  # swarm.exchange.poller
 
     def _fetch_chosen(self) -> None:
         """Start fetching what the fan-in choice picks now (on the loop)."""

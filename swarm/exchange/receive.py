@@ -41,6 +41,8 @@ class Delivery:
     # what the transport refused since the last take: streams not admitted ("<handler>:<why>"), bundles declined to
     # a requester that had them ("served:repeat"), announced addresses not dialled ("dial:<scope|waiting|rate>")
     refused: Counter = field(default_factory=Counter)
+    # how announcements travel (swarm.exchange.gossip.GossipReport): {"transport": "gossip" | "dht", …}; {} in memory
+    announce: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

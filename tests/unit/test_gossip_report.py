@@ -1,0 +1,54 @@
+"""How a node reports and paces its announcement transport: the DHT poll gate while gossip delivers
+(swarm.exchange.poller.PollGate), what a take reports (swarm.exchange.gossip.GossipReport), how two takes of a
+round add up (node.round.steps.merge_announce), and the Prometheus series (node.books.metrics.Prom)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from node.books.metrics import Prom
+from node.round.steps import merge_announce
+from swarm.config import SwarmConfig
+from swarm.exchange.gossip import GossipReport
+from swarm.exchange.poller import PollGate
+
+
+def test_the_dht_is_polled_every_kth_tick_while_gossip_delivers_and_every_tick_when_it_is_quiet():
+    gate = PollGate(every=4, quiet_polls=10, interval_s=0.5)  # gossip is quiet after 5 s
+    assert all(gate.due(None, t) for t in range(10)) and gate.skipped == 0  # no gossip yet: every tick
+    polled = [gate.due(100.0, 100.0 + i * 0.5) for i in range(8)]  # delivering
+    assert polled == [False, False, False, True, False, False, False, True] and gate.skipped == 6
+    assert gate.due(100.0, 106.0) and gate.due(100.0, 106.5)  # quiet again (> 5 s): every tick
+
+
+def _transport(gossip: bool, running):
+    return SimpleNamespace(cfg=SwarmConfig(gossip=gossip), gossip=running, gossip_fallback=None if running else "why",
+                           poll_gate=PollGate(8, 60, 0.5))
+
+
+def test_a_take_reports_the_transport_and_the_gossip_counts_since_the_previous_take():
+    assert GossipReport().since_last(_transport(False, None)) == {"transport": "dht"}
+    g = SimpleNamespace(received=3, offered=2, published=1, publish_failures=0, last_valid=None)
+    t, report = _transport(True, g), GossipReport()
+    first = report.since_last(t)
+    assert first["transport"] == "gossip" and first["pubsub"] and first["offered"] == 2 and not first["delivering"]
+    g.offered, g.received = 5, 7
+    second = report.since_last(t)
+    assert (second["offered"], second["received"], second["published"]) == (3, 4, 0)
+    down = GossipReport().since_last(_transport(True, None))
+    assert down["transport"] == "dht" and down["pubsub"] is False and down["fallback"] == "why"
+
+
+def test_a_rounds_takes_add_up_and_reach_prometheus():
+    a = {"transport": "gossip", "pubsub": True, "delivering": False, "received": 2, "offered": 1, "published": 1,
+         "publish_failures": 0, "dht_polls_skipped": 3}
+    b = {**a, "delivering": True, "received": 5}
+    merged = merge_announce(a, b)
+    assert merged["received"] == 7 and merged["dht_polls_skipped"] == 6 and merged["delivering"] is True
+    assert merge_announce({}, b) == b
+    prom = Prom("n")
+    m = {"step_s": 0.0, "tokens_per_s": 0.0, "announce_transport": "gossip",
+         "gossip": {k: v for k, v in merged.items() if k != "transport"}}
+    prom.observe(m)
+    assert prom.registry.get_sample_value("swarm_gossip_messages_total", {"node": "n", "what": "received"}) == 7
+    assert prom.registry.get_sample_value("swarm_gossip_running", {"node": "n"}) == 1
