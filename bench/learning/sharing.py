@@ -55,7 +55,7 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
     python -m bench.learning.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
     python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
     python -m bench.learning.sharing --config examples/papers/sapo-smollm2.yaml --arms A B C D --update f-tis= \\
-        --rounds 20 --device cuda --jobs 4 --tag _smollm2                                # SmolLM2 on one GPU
+        --seeds 0 1 2 3 4 5 6 7 --rounds 15 --device cuda --jobs 8 --tag _smollm2       # SmolLM2 on one GPU
 """
 
 from __future__ import annotations

