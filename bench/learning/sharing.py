@@ -38,6 +38,11 @@ and, added after those came out and before their runs, arms A and B (equal gener
   SAPO's comparison under imitation            B[f-tis+imitall] − A[f-tis+imitall] > 0, likewise
   imitation at equal generation                B[f-tis+imit] − B[f-tis] > 0, likewise
 
+`--device cuda` places every node's model on the GPU (`train.device`: training, scoring and generation);
+`--jobs K` then runs K swarms in K processes on that one GPU. With examples/papers/sapo-smollm2.yaml this is the
+real-LM benchmark (SmolLM2-135M-Instruct, LoRA; docs/BENCHMARKS.md §13G); on a CPU it runs end to end at 2 rounds
+(tests/integration/test_sharing_real_lm.py).
+
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
@@ -49,6 +54,8 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --tag _partial
     python -m bench.learning.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
     python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
+    python -m bench.learning.sharing --config examples/papers/sapo-smollm2.yaml --arms A B C D --update f-tis= \\
+        --seeds 0 1 2 3 4 5 6 7 --rounds 15 --device cuda --jobs 8 --tag _smollm2       # SmolLM2 on one GPU
 """
 
 from __future__ import annotations
@@ -142,6 +149,7 @@ def run_one(job: dict) -> dict:
         gain_per_mtok_trained=statistics.fmean(1e6 * x / max(t, 1) for x, t in zip(gains, run["tokens_trained"])),
         tokens_generated=statistics.fmean(run["tokens_generated"]),
         tokens_trained=statistics.fmean(run["tokens_trained"]),
+        groups_received=statistics.fmean(run["groups_received"]),
         informative_own=sum(run["groups_informative"]) / max(1, sum(run["generated_groups"])),
         informative_received=(sum(run["groups_received_informative"]) / sum(run["groups_received"])
                               if sum(run["groups_received"]) else None),
@@ -325,14 +333,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V;K=V",
                     help="an update with its config overrides (default: sapo= and f-tis)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
-    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
+    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each, or sharing one GPU)")
+    ap.add_argument("--device", help="train.device of every node: cpu, cuda, cuda:N (default: the config's)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--versus", metavar="UPDATE", help="also pair every other update against this one, arm by arm")
     ap.add_argument("--hivemind", action="store_true", help="run each swarm over real hivemind peers (swarm local)")
     ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
     args = ap.parse_args(argv)
     arms = dict(parse_arm(a) for a in (args.arms or (["C"] if args.sizes else list(ARMS))))
-    common = parse_sets(args.set)
+    common = {**parse_sets(args.set), **({"train.device": args.device} if args.device else {})}
     updates = {}
     for item in args.update or DEFAULT_UPDATES:
         name, _, rest = item.partition("=")

@@ -124,7 +124,7 @@ class TaskConfig(BaseModel):
         "default",
         description="A reasoning-gym SYSTEM_PROMPTS key, a literal prompt, or null for none.",
     )
-    extraction: Literal["strict", "lenient"] = Field(
+    extraction: Literal["strict", "lenient", "number"] = Field(
         "strict", description="How the answer is read from a completion (module docstring)."
     )
     reward: Literal["partial", "exact"] = Field("partial", description=(

@@ -56,12 +56,15 @@ def test_reward_uses_the_datasets_verifier_and_strict_tags():
     assert score(t, f"<answer>{int(t.answer) + 1}</answer>") == 0.0
     assert score(t, t.answer) == 0.0  # strict: no tags, no reward
     assert score(t, f"so the sum is\n{t.answer}", "lenient") == 1.0
+    assert score(t, f"{t.answer} is what the terms add up to", "number") == 1.0
 
 
 def test_extract_takes_the_last_tag():
     assert extract("<answer>1</answer> no, <answer> 2 </answer>") == "2"
     assert extract("nothing here") is None
     assert extract("a\n\n b \n", "lenient") == "b"
+    assert extract("4 + 5 = 9.", "number") == "9" and extract("-3 and 2.50 then -7", "number") == "-7"
+    assert extract("x <answer>12</answer> 13", "number") == "12" and extract("no digits", "number") is None
 
 
 def test_bad_config_is_a_clear_error():
