@@ -39,6 +39,17 @@ and, added after those came out and before their runs, arms A and B (equal gener
   imitation at equal generation                B[f-tis+imit] − B[f-tis] > 0, likewise
 
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
+
+Steps that take what the swarm offers (docs/BENCHMARKS.md §13G; rules fixed before its runs): arm C (4 own groups
+generated a round) at 2 / 4 / 8 / 16 nodes, updates f-tis (J = 4 peers' groups a step, drawn at random) and
+f-tis+grow (`select.external_tokens: 1536`, about 16 peers' groups of ≈ 95 completion tokens, in place of J; and
+`select.prefer: useful`), seeds 0–7 (fewer where time ran out, stated as such), tag _grow; per-node held-out gain,
+paired by seed:
+  grows with the swarm    gain(16 nodes) − gain(2 nodes) > 0 with an interval excluding 0, per update
+  no flattening           for each run sizes n, 2n, 4n: gain(4n) − gain(2n) ≥ [gain(2n) − gain(n)] − the
+                          half-width of that earlier interval, per update
+  the options pay         f-tis+grow − f-tis > 0 with an interval excluding 0 at 16 nodes; only then is
+                          f-tis+grow proposed as a default (otherwise both options stay off)
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
 twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
@@ -49,6 +60,8 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --tag _partial
     python -m bench.learning.sharing --seeds 0 1 2 3 4 5 6 7 --rounds 30 --jobs 2        # the binary, harder regime
     python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
+    python -m bench.learning.sharing --arms C --sizes 2 4 8 16 --update "f-tis=loss={name: f-tis}" \\
+        --update "f-tis+grow=loss={name: f-tis};select.external_tokens=1536;select.prefer=useful" --versus f-tis --tag _grow
 """
 
 from __future__ import annotations
