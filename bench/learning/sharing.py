@@ -50,6 +50,7 @@ paired by seed:
                           half-width of that earlier interval, per update
   the options pay         f-tis+grow − f-tis > 0 with an interval excluding 0 at 16 nodes; only then is
                           f-tis+grow proposed as a default (otherwise both options stay off)
+
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
 twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
