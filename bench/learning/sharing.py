@@ -259,12 +259,13 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
                 if a in by_arm and b in by_arm:
                     d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
                     diffs += [d] if d else []
-            smallest = min(n for (u, _, n) in cells if u == update)
-            if nodes != smallest:  # the swarm-size curve: each size against the smallest, arm by arm
+            sizes = sorted(n for (u, _, n) in cells if u == update)
+            # the swarm-size curve: each size against the smallest, and against the size before it, arm by arm
+            for other in dict.fromkeys([sizes[0], *[n for n in sizes if n < nodes][-1:]]) if nodes != sizes[0] else ():
                 for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((update, arm, smallest), [])}
+                    base = {r["seed"]: r for r in cells.get((update, arm, other), [])}
                     d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
-                                                   "pair": f"{arm}: {nodes} vs {smallest} nodes"})
+                                                   "pair": f"{arm}: {nodes} vs {other} nodes"})
                     diffs += [d] if d else []
             if versus and update != versus:
                 for arm in by_arm:
@@ -291,6 +292,28 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 out.append(f"{update} ({nodes} nodes): SAPO's claim at equal compute (B > A): "
                            f"{'YES' if ok else 'no — B is worse' if worse else 'not shown'} "
                            f"(B − A {ba['gain']:+.3f} ± {ba['gain_ci']:.3f})")
+    return out + growth_verdicts(diffs)
+
+
+def growth_verdicts(diffs: list[dict]) -> list[str]:
+    """The swarm-size rules (the docstring's §13G rules): largest − smallest size, and each doubling against the
+    one before, per update and arm."""
+    out = []
+    for update, arm in dict.fromkeys((d["update"], d["pair"].split(":")[0]) for d in diffs if "nodes" in d["pair"]):
+        steps = {tuple(int(x) for x in d["pair"].split(": ")[1].split(" nodes")[0].split(" vs ")): d for d in diffs
+                 if d["update"] == update and d["pair"].startswith(f"{arm}: ") and "nodes" in d["pair"] and "gain" in d}
+        if not steps:
+            continue
+        big, small = max(steps, key=lambda k: (k[0], -k[1]))
+        d = steps[(big, small)]
+        out.append(f"{update} arm {arm}: grows with the swarm ({big} − {small} nodes): "
+                   f"{'YES' if d['gain'] - d['gain_ci'] > 0 else 'no'} ({d['gain']:+.3f} ± {d['gain_ci']:.3f})")
+        chain = sorted(k for k in steps if k[1] == max([x for x in {j for _, j in steps} if x < k[0]], default=-1))
+        for (n2, n1), (n3, _) in zip(chain, chain[1:]):
+            a, b = steps[(n2, n1)], steps[(n3, n2)]
+            out.append(f"{update} arm {arm}: no flattening ({n1}→{n2}→{n3}): "
+                       f"{'YES' if b['gain'] >= a['gain'] - a['gain_ci'] else 'no'} "
+                       f"({n3} − {n2}: {b['gain']:+.3f}; {n2} − {n1}: {a['gain']:+.3f} ± {a['gain_ci']:.3f})")
     return out
 
 
