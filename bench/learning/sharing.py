@@ -68,6 +68,7 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -309,7 +310,7 @@ def growth_verdicts(diffs: list[dict]) -> list[str]:
         out.append(f"{update} arm {arm}: grows with the swarm ({big} − {small} nodes): "
                    f"{'YES' if d['gain'] - d['gain_ci'] > 0 else 'no'} ({d['gain']:+.3f} ± {d['gain_ci']:.3f})")
         chain = sorted(k for k in steps if k[1] == max([x for x in {j for _, j in steps} if x < k[0]], default=-1))
-        for (n2, n1), (n3, _) in zip(chain, chain[1:]):
+        for (n2, n1), (n3, _) in itertools.pairwise(chain):
             a, b = steps[(n2, n1)], steps[(n3, n2)]
             out.append(f"{update} arm {arm}: no flattening ({n1}→{n2}→{n3}): "
                        f"{'YES' if b['gain'] >= a['gain'] - a['gain_ci'] else 'no'} "
