@@ -40,10 +40,22 @@ and, added after those came out and before their runs, arms A and B (equal gener
 
 `--device cuda` places every node's model on the GPU (`train.device`: training, scoring and generation);
 `--jobs K` then runs K swarms in K processes on that one GPU. With examples/papers/sapo-smollm2.yaml this is the
-real-LM benchmark (SmolLM2-135M-Instruct, LoRA; docs/BENCHMARKS.md §13G); on a CPU it runs end to end at 2 rounds
+real-LM benchmark (SmolLM2-135M-Instruct, LoRA; docs/BENCHMARKS.md §13H); on a CPU it runs end to end at 2 rounds
 (tests/integration/test_sharing_real_lm.py).
 
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
+
+Steps that take what the swarm offers (docs/BENCHMARKS.md §13G; rules fixed before its runs): arm C (4 own groups
+generated a round) at 2 / 4 / 8 / 16 nodes, updates f-tis (J = 4 peers' groups a step, drawn at random) and
+f-tis+grow (`select.external_tokens: 1536`, about 16 peers' groups of ≈ 95 completion tokens, in place of J; and
+`select.prefer: useful`), seeds 0–7 (fewer where time ran out, stated as such), tag _grow; per-node held-out gain,
+paired by seed:
+  grows with the swarm    gain(16 nodes) − gain(2 nodes) > 0 with an interval excluding 0, per update
+  no flattening           for each run sizes n, 2n, 4n: gain(4n) − gain(2n) ≥ [gain(2n) − gain(n)] − the
+                          half-width of that earlier interval, per update
+  the options pay         f-tis+grow − f-tis > 0 with an interval excluding 0 at 16 nodes; only then is
+                          f-tis+grow proposed as a default (otherwise both options stay off)
+
 `--hivemind` runs each swarm as `swarm local` instead: real node processes, a real hivemind DHT and
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
 twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
@@ -56,11 +68,14 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
     python -m bench.learning.sharing --arms C --sizes 1 2 4 8 --update "f-tis=loss={name: f-tis}" --tag _sizes
     python -m bench.learning.sharing --config examples/papers/sapo-smollm2.yaml --arms A B C D --update f-tis= \\
         --seeds 0 1 2 3 4 5 6 7 --rounds 15 --device cuda --jobs 8 --tag _smollm2       # SmolLM2 on one GPU
+    python -m bench.learning.sharing --arms C --sizes 2 4 8 16 --update "f-tis=loss={name: f-tis}" \\
+        --update "f-tis+grow=loss={name: f-tis};select.external_tokens=1536;select.prefer=useful" --versus f-tis --tag _grow
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -253,12 +268,13 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
                 if a in by_arm and b in by_arm:
                     d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
                     diffs += [d] if d else []
-            smallest = min(n for (u, _, n) in cells if u == update)
-            if nodes != smallest:  # the swarm-size curve: each size against the smallest, arm by arm
+            sizes = sorted(n for (u, _, n) in cells if u == update)
+            # the swarm-size curve: each size against the smallest, and against the size before it, arm by arm
+            for other in dict.fromkeys([sizes[0], *[n for n in sizes if n < nodes][-1:]]) if nodes != sizes[0] else ():
                 for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((update, arm, smallest), [])}
+                    base = {r["seed"]: r for r in cells.get((update, arm, other), [])}
                     d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
-                                                   "pair": f"{arm}: {nodes} vs {smallest} nodes"})
+                                                   "pair": f"{arm}: {nodes} vs {other} nodes"})
                     diffs += [d] if d else []
             if versus and update != versus:
                 for arm in by_arm:
@@ -285,6 +301,28 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 out.append(f"{update} ({nodes} nodes): SAPO's claim at equal compute (B > A): "
                            f"{'YES' if ok else 'no — B is worse' if worse else 'not shown'} "
                            f"(B − A {ba['gain']:+.3f} ± {ba['gain_ci']:.3f})")
+    return out + growth_verdicts(diffs)
+
+
+def growth_verdicts(diffs: list[dict]) -> list[str]:
+    """The swarm-size rules (the docstring's §13G rules): largest − smallest size, and each doubling against the
+    one before, per update and arm."""
+    out = []
+    for update, arm in dict.fromkeys((d["update"], d["pair"].split(":")[0]) for d in diffs if "nodes" in d["pair"]):
+        steps = {tuple(int(x) for x in d["pair"].split(": ")[1].split(" nodes")[0].split(" vs ")): d for d in diffs
+                 if d["update"] == update and d["pair"].startswith(f"{arm}: ") and "nodes" in d["pair"] and "gain" in d}
+        if not steps:
+            continue
+        big, small = max(steps, key=lambda k: (k[0], -k[1]))
+        d = steps[(big, small)]
+        out.append(f"{update} arm {arm}: grows with the swarm ({big} − {small} nodes): "
+                   f"{'YES' if d['gain'] - d['gain_ci'] > 0 else 'no'} ({d['gain']:+.3f} ± {d['gain_ci']:.3f})")
+        chain = sorted(k for k in steps if k[1] == max([x for x in {j for _, j in steps} if x < k[0]], default=-1))
+        for (n2, n1), (n3, _) in itertools.pairwise(chain):
+            a, b = steps[(n2, n1)], steps[(n3, n2)]
+            out.append(f"{update} arm {arm}: no flattening ({n1}→{n2}→{n3}): "
+                       f"{'YES' if b['gain'] >= a['gain'] - a['gain_ci'] else 'no'} "
+                       f"({n3} − {n2}: {b['gain']:+.3f}; {n2} − {n1}: {a['gain']:+.3f} ± {a['gain_ci']:.3f})")
     return out
 
 

@@ -106,10 +106,16 @@ class SelectConfig(BaseModel):
         False, description="When fewer than I of our own groups are informative, train on more peers' groups "
         "(up to I + J in all): the step keeps its size when our own groups carry no signal (docs/ARCHITECTURE.md §5)."
     )
-    prefer: Literal["uniform", "need"] = Field(
-        "uniform", description="Which pooled groups to take: uniform (SAPO: at random), or need — first those "
-        "on the task kinds (dataset and config) where our own recent rewards are lowest, e.g. the hard band "
-        "(docs/ARCHITECTURE.md §5)."
+    prefer: Literal["uniform", "need", "useful"] = Field(
+        "uniform", description="Which pooled groups to take: uniform (SAPO: at random); need — first those "
+        "on the task kinds (dataset and config) where our own recent rewards are lowest, e.g. the hard band; "
+        "useful — first those on kinds where our own latest group solved nothing, then by reward variance "
+        "(highest first), then newest first (docs/ARCHITECTURE.md §5)."
+    )
+    external_tokens: int = Field(
+        0, ge=0, le=10_000_000, description="A per-step budget of peers' completion tokens in place of J: "
+        "pooled groups (informative ones, in `prefer` order) are taken until their completion tokens reach it "
+        "(the last one may cross it). 0 = off: J groups (docs/ARCHITECTURE.md §5)."
     )
 
 

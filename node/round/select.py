@@ -17,6 +17,18 @@ Two departures from SAPO, off by default (docs/ARCHITECTURE.md §5):
                  recent mean reward is lowest (an exponential average over our own groups, α 0.1;
                  a kind we have never drawn counts as 0): the tasks our own groups fail on, where a
                  peer's success is the only signal we get (SAPO's "aha" path). Ties at random.
+
+Two more, off by default, for steps that take what a larger swarm offers (docs/ARCHITECTURE.md §5):
+  external_tokens  a budget of peers' completion tokens per step in place of J: pooled groups
+                 (informative ones, when zero-advantage groups are dropped), in `prefer` order, are
+                 taken until their completion tokens (counted in the sender's tokenization) reach the
+                 budget; the last one taken may cross it. `backfill` still counts against J (fewer
+                 than J taken: own groups fill up to I + J); `pool_backfill` does not apply.
+  prefer: useful pooled groups ordered by, in turn: (1) on a task kind where our own groups of the
+                 latest round that drew it solved nothing (no completion reached the verifier's full
+                 score 1; a kind we have never drawn counts as unsolved) before the rest; (2) higher variance of the group's
+                 rewards first (the variance of its advantages before the std normalisation, which
+                 makes every informative group's 1); (3) newer first (created_at); ties at random.
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ class SapoSelector:
         self.rng = random.Random(seed)
         self.pool: list[Group] = []
         self.own_reward: dict[str, float] = {}  # task kind → recent mean reward of our own groups (prefer: need)
+        self.own_solved: dict[str, bool] = {}  # task kind → our latest own group had a full score (prefer: useful)
 
     def add_external(self, groups: list[Group]) -> None:
         self.pool.extend(groups)
@@ -80,25 +93,58 @@ class SapoSelector:
             local = [g for g in local if g.informative]
             self.pool = [g for g in self.pool if g.informative]
         i, j = self.cfg.local_groups, self.cfg.external_groups
-        own_short = max(0, i - len(local)) if self.cfg.pool_backfill and j else 0
-        take = min(j + own_short, len(self.pool))
+        if self.cfg.external_tokens:
+            picked = self._budget(self._pick(len(self.pool)))
+            take = len(picked)
+        else:
+            own_short = max(0, i - len(local)) if self.cfg.pool_backfill and j else 0
+            take = min(j + own_short, len(self.pool))
         n_own = i + (max(0, j - take) if self.cfg.backfill else 0)
         own = self.rng.sample(local, min(n_own, len(local)))
-        picked = set(self._pick(take))
+        if not self.cfg.external_tokens:
+            picked = set(self._pick(take))
         ext = [g for k, g in enumerate(self.pool) if k in picked]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         return Selection(own + ext, len(own), len(ext), dropped)
 
     def _pick(self, take: int) -> list[int]:
-        """Indexes of `take` pooled groups: at random, or (prefer: need) neediest kinds first."""
+        """Indexes of `take` pooled groups in `prefer` order: at random, neediest kinds first (need), or
+        unsolved kinds, then reward variance, then freshness (useful)."""
         if self.cfg.prefer == "uniform":
             return self.rng.sample(range(len(self.pool)), take)
-        order = sorted(range(len(self.pool)),
-                       key=lambda k: (self.own_reward.get(kind_of(self.pool[k]), 0.0), self.rng.random()))
-        return order[:take]
+        if self.cfg.prefer == "useful":
+            key = self._usefulness
+        else:
+            def key(g: Group) -> tuple:
+                return (self.own_reward.get(kind_of(g), 0.0), self.rng.random())
+        return sorted(range(len(self.pool)), key=lambda k: key(self.pool[k]))[:take]
+
+    def _usefulness(self, g: Group) -> tuple:
+        """Sort key of prefer: useful (smaller first): our own latest groups on its kind solved something,
+        minus its reward variance, minus its creation time, a random tie-break."""
+        mean = sum(g.rewards) / len(g.rewards)
+        var = sum((r - mean) ** 2 for r in g.rewards) / len(g.rewards)
+        return (self.own_solved.get(kind_of(g), False), -var, -g.created_at, self.rng.random())
+
+    def _budget(self, order: list[int]) -> set[int]:
+        """Indexes taken from `order` until their completion tokens reach select.external_tokens."""
+        picked, tokens = set(), 0
+        for k in order:
+            if tokens >= self.cfg.external_tokens:
+                break
+            picked.add(k)
+            tokens += sum(len(c.token_ids) for c in self.pool[k].completions)
+        return picked
 
     def _observe(self, local: list[Group]) -> None:
-        """Update the per-kind average reward of our own groups (prefer: need reads it)."""
+        """Update the per-kind average reward of our own groups (prefer: need) or whether our latest own
+        groups of a kind solved anything (prefer: useful)."""
+        if self.cfg.prefer == "useful":
+            solved: dict[str, bool] = {}
+            for g in local:
+                solved[kind_of(g)] = solved.get(kind_of(g), False) or max(g.rewards) >= 1.0
+            self.own_solved.update(solved)
+            return
         if self.cfg.prefer != "need":
             return
         for g in local:

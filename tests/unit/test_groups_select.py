@@ -91,3 +91,61 @@ def test_prefer_need_takes_peers_groups_on_the_kinds_we_fail_first():
     other.add_external([_group([1, 0], "p", 1, config=easy), _group([1, 0], "p", 2, config={"band": "new"})])
     assert [g.task.ref.config for g in other.select([_group([1, 1, 0, 1], config=easy)]).groups if g.is_external] \
         == [{"band": "new"}]
+
+
+def _sized(rewards, source, index, tokens, config=None, created_at=0.0) -> Group:
+    g = _group(rewards, source, index, config)
+    g.completions = [Completion("x", (1,) * tokens, (-0.1,) * tokens, "stop") for _ in rewards]
+    g.created_at = created_at
+    return g
+
+
+def test_external_tokens_take_pooled_groups_until_the_budget_instead_of_j():
+    # 6 informative pooled groups of 2 × 10 = 20 completion tokens; budget 50 → 3 taken (20, 40, 60 ≥ 50)
+    local = [_group([1, 0], index=i) for i in range(4)]
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=1, external_tokens=50), seed=0)
+    sel.add_external([_sized([1, 0], "peerA", i, 10) for i in range(6)] + [_sized([0, 0], "peerB", 9, 10)])
+    s = sel.select(local)
+    assert (s.local, s.external) == (2, 3)  # J = 1 ignored: the budget decides
+    assert len(sel.pool) == 3  # the uninformative one was dropped before counting
+    off = SapoSelector(SelectConfig(local_groups=2, external_groups=1), seed=0)
+    off.add_external([_sized([1, 0], "peerA", i, 10) for i in range(6)])
+    assert off.select(local).external == 1
+
+
+def test_external_tokens_backfill_counts_against_j():
+    local = [_group([1, 0], index=i) for i in range(8)]
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=4, external_tokens=1000), seed=0)
+    sel.add_external([_sized([1, 0], "peerA", 0, 10)])  # the whole pool: 1 group, 20 tokens
+    s = sel.select(local)
+    assert (s.local, s.external) == (5, 1)  # 2 + (4 − 1) own groups
+
+
+def test_prefer_useful_orders_unsolved_kinds_then_variance_then_freshness():
+    easy, hard = {"band": "easy"}, {"band": "hard"}
+    local = [_group([1, 0], index=0, config=easy), _group([0, 0], index=1, config=hard)]  # hard: solved nothing
+    pool = [_sized([1, 0, 0, 0], "p", 10, 5, easy, created_at=3.0),   # solved kind, variance 0.1875
+            _sized([1, 1, 0, 0], "p", 11, 5, easy, created_at=1.0),   # solved kind, variance 0.25, older
+            _sized([1, 1, 0, 0], "p", 12, 5, easy, created_at=2.0),   # solved kind, variance 0.25, newer
+            _sized([1, 0, 0, 0], "p", 13, 5, hard, created_at=0.0)]   # unsolved kind: first whatever else
+    order = []
+    for _ in range(4):
+        sel = SapoSelector(SelectConfig(local_groups=0, external_groups=1, backfill=False, prefer="useful"), seed=0)
+        sel.add_external(list(pool))
+        sel.select(local)  # observes our own groups, then takes one
+        sel.pool = [g for g in pool if g.task.ref.index not in order]
+        s = sel.select([])
+        order.append(s.groups[0].task.ref.index)
+    assert order == [13, 12, 11, 10]
+
+
+def test_prefer_useful_is_not_uniform():
+    # ignoring the option (uniform) would pick the unsolved kind's single group in 1 of 10 pools only
+    easy, hard = {"band": "easy"}, {"band": "hard"}
+    hits = 0
+    for seed in range(10):
+        sel = SapoSelector(SelectConfig(local_groups=0, external_groups=1, backfill=False, prefer="useful"), seed=seed)
+        sel.add_external([_sized([1, 0], "p", i, 5, easy) for i in range(9)] + [_sized([1, 0], "p", 99, 5, hard)])
+        s = sel.select([_group([1, 0], index=0, config=easy), _group([0, 0], index=1, config=hard)])
+        hits += s.groups[0].task.ref.index == 99
+    assert hits == 10
