@@ -79,8 +79,10 @@ class Student:
         self.bytes_only: set[str] = set()  # teachers that refused our token ids (another tokenizer)
 
     def note_peers(self, models: dict[str, str]) -> None:
-        """Remember which model each peer's records name (a teacher may be named by model)."""
-        self.models.update({p: m for p, m in models.items() if m})
+        """Remember which model each peer's records name, for the peers `distill.teachers` names (by peer id or by
+        model) only: what any number of identities send cannot grow this book beyond the teachers named."""
+        named = set(self.cfg.teachers)
+        self.models.update({p: m for p, m in models.items() if m and (m in named or p in named)})
 
     def teachers(self) -> list[str]:
         """The peers `distill.teachers` names among those whose records this node has seen (by peer id or by
