@@ -6,6 +6,7 @@ expression answered by the live Prometheus, and nothing left behind by `down` (r
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 
 from tests.compose.engine import sh
@@ -58,9 +59,16 @@ def test_each_node_trained_on_the_others_groups_named_by_the_dashboard(up):
     info = {r["metric"]["node"]: r["metric"]["peer_id"] for r in prom_query(up.prometheus, "swarm_node_info")
             ["data"]["result"]}
     assert info == ids
-    used_prom = prom_query(up.prometheus, "swarm_peer_groups_used_total")["data"]["result"]
-    by_pair = {(r["metric"]["node"], r["metric"]["peer"]): float(r["value"][1]) for r in used_prom}
-    assert by_pair.get((NODES[0], ids[NODES[1]]), 0) >= GROUPS and by_pair.get((NODES[1], ids[NODES[0]]), 0) >= GROUPS
+    # Prometheus scrapes every 5 s, so its sample may trail the dashboard: wait up to six scrapes for one that
+    # shows both counts (the counters only grow, so a sample at GROUPS can only come from real training)
+    deadline, by_pair = time.monotonic() + 30, {}
+    while True:
+        used_prom = prom_query(up.prometheus, "swarm_peer_groups_used_total")["data"]["result"]
+        by_pair = {(r["metric"]["node"], r["metric"]["peer"]): float(r["value"][1]) for r in used_prom}
+        if all(by_pair.get((a, ids[b]), 0) >= GROUPS for a, b in ((NODES[0], NODES[1]), (NODES[1], NODES[0]))):
+            break
+        assert time.monotonic() < deadline, by_pair
+        time.sleep(1)
 
 
 def test_dashboard_page_answers_on_loopback(up):
