@@ -98,16 +98,20 @@ class SwarmConfig(BaseModel):
                                         "first); 0 = none (a sampler, which never trains)")
     notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
                               "directly (the DHT is the fallback); 0 = DHT only")
-    gossip: bool = Field(False, description="also announce over libp2p gossipsub (p2pd runs pubsub; one topic per "
+    gossip: bool = Field(True, description="announce over libp2p gossipsub as well (p2pd runs pubsub; one topic per "
                          "swarm and protocol version) and take peers' gossiped announcements, vetted like DHT "
-                         "values; announcements are still stored in the DHT, whose polls back off while gossip "
-                         "delivers; without pubsub in the daemon the node falls back to the DHT alone")
-    gossip_poll_every: int = Field(8, ge=1, le=10_000, description="while gossip delivers, the DHT is polled "
-                                   "every this-many poll intervals instead of every one (peers that only poll, "
-                                   "newcomers); 1 = every interval")
+                         "values; announcements are still stored in the DHT, which is read only every "
+                         "gossip_poll_every-th poll interval while gossip delivers and no peer that only polls is "
+                         "seen (swarm.exchange.poller); without pubsub in the daemon the node falls back to the DHT "
+                         "alone; false = the DHT alone")
+    gossip_poll_every: int = Field(60, ge=1, le=10_000, description="while gossip delivers and every peer seen "
+                                   "lately gossips, the DHT is read every this-many poll intervals instead of every "
+                                   "one (to find peers that only poll, and newcomers' older announcements); "
+                                   "1 = every interval")
     gossip_quiet_polls: int = Field(60, ge=1, le=100_000, description="gossip counts as delivering while a valid "
-                                    "announcement arrived by it within this many poll intervals; after that "
-                                    "the DHT is polled every interval again")
+                                    "announcement arrived by it within this many poll intervals, and a peer seen "
+                                    "only by polling keeps every interval reading for as long; after that the DHT "
+                                    "is read every interval again")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "

@@ -118,6 +118,9 @@ class Prom:
                               "new), published, publish_failures", lab + ["what"], registry=r)
         self.pubsub = Gauge("swarm_gossip_running", "1 while announcements travel by gossip (pubsub running), 0 on "
                             "the DHT alone", lab, registry=r)
+        self.poll_only = Gauge("swarm_gossip_poll_only_peers", "Peers seen only by DHT polling lately (gossip never "
+                               "delivered from them); while > 0 the DHT is read every interval (mode mixed)", lab,
+                               registry=r)
         self.gather_latency = Histogram("swarm_gather_seconds", "Seconds a round waited for peers' groups", lab, registry=r)
         self.peers_seen = Gauge("swarm_peers_seen", "Peers with a fresh valid announcement", lab, registry=r)
         self.peers = Gauge("swarm_peers", "Peers seen, by standing (good: waited for and fetched first; new; "
@@ -180,6 +183,8 @@ class Prom:
                 self.gossip.labels(n, what).inc(gossip[what])
         if m.get("announce_transport"):
             self.pubsub.labels(n).set(m["announce_transport"] == "gossip")
+        if "poll_only_peers" in gossip:
+            self.poll_only.labels(n).set(gossip["poll_only_peers"])
         self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
         if m.get("gather_s") is not None:
             self.gather_latency.labels(n).observe(m["gather_s"])

@@ -186,7 +186,7 @@ def run_local(args) -> int:
             print(f"  {name}: metrics on http://{cfg.metrics.prometheus_host}:{cfg.metrics.prometheus_port}/metrics",
                   flush=True)
     bootstrap, maddrs = start_bootstrap(out / "bootstrap.log", startup_timeout_s=sw.startup_timeout_s,
-                                        swarm_id=sw.swarm_id)
+                                        swarm_id=sw.swarm_id, gossip=any(cfg.swarm.gossip for _, _, cfg, _ in plan))
     children: list[Child] = [bootstrap]
     status: dict[str, str] = {}
     interrupted, failed = False, None

@@ -307,8 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--swarm-id", help="swarm namespace, written into the peers file (default: none, any swarm)")
     b.add_argument("--maddrs-file", help="also write the multiaddrs to this peers file (node --initial-peers-file)")
     b.add_argument("--startup-timeout", type=float, default=60.0)
-    b.add_argument("--gossip", action="store_true", help="also run pubsub and relay the gossiped announcements of "
-                   "--swarm-id (nodes with swarm.gossip on)")
+    b.add_argument("--gossip", action=argparse.BooleanOptionalAction, default=True,
+                   help="run pubsub and relay the gossiped announcements of --swarm-id (default: on, as nodes' "
+                   "swarm.gossip is; --no-gossip: a DHT-only bootstrap)")
     b.set_defaults(fn=cmd_bootstrap)
 
     m = sub.add_parser("models", help="built-in models")

@@ -71,6 +71,11 @@ class GossipAnnouncements:
         """The peers our daemon knows subscribe to the topic."""
         return await self.pubsub.peers(self.topic)
 
+    def _delivered(self, sender: str) -> None:
+        """A valid announcement of `sender` arrived by gossip: gossip delivers, and from that peer (PollGate)."""
+        self.last_valid = time.monotonic()
+        self.transport.poll_gate.saw_gossip(sender, self.last_valid)
+
     async def _receive(self, subscription: Subscription) -> None:
         inbox = self.transport.inbox
         async with subscription:
@@ -81,10 +86,10 @@ class GossipAnnouncements:
                 now = time.time()
                 if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
-                    self.last_valid = time.monotonic()
+                    self._delivered(msg.sender)
                     self.transport._fetch_chosen()  # the fan-in choice, as for a pushed announcement
                 elif _valid(msg.data, msg.sender or None, inbox.limits, now):
-                    self.last_valid = time.monotonic()
+                    self._delivered(msg.sender)
         log.info("the gossip subscription to %s ended", self.topic)
 
 
@@ -113,7 +118,8 @@ async def start_gossip(transport) -> tuple[GossipAnnouncements | None, str | Non
 class GossipReport:
     """What one take reports of how announcements travel (Delivery.announce): `transport` ("gossip" while our
     pubsub runs, else "dht") and, with `swarm.gossip` on, whether pubsub runs, its fallback reason, whether gossip
-    delivers (the DHT polls back off), and the counters' increase since the previous take."""
+    delivers, the poll mode (`gossip`, `mixed` or `dht`: swarm.exchange.poller), the peers seen only by polling,
+    and the counters' increase since the previous take."""
 
     COUNTED = ("received", "offered", "published", "publish_failures")
 
@@ -128,6 +134,8 @@ class GossipReport:
         now["dht_polls_skipped"] = transport.poll_gate.skipped
         out = {k: v - self._before.get(k, 0) for k, v in now.items()}
         self._before = now
-        delivering = gossip is not None and transport.poll_gate.delivering(gossip.last_valid, time.monotonic())
+        gate, t = transport.poll_gate, time.monotonic()
+        mode = gate.mode(gossip.last_valid, t) if gossip is not None else "dht"
         return {"transport": "gossip" if gossip else "dht", "pubsub": gossip is not None,
-                "fallback": transport.gossip_fallback, "delivering": delivering, **out}
+                "fallback": transport.gossip_fallback, "delivering": mode != "dht", "mode": mode,
+                "poll_only_peers": gate.poll_only_peers(t), **out}

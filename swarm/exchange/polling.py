@@ -1,9 +1,12 @@
 """Which rollout keys one poll of the DHT reads (docs/PROTOCOL.md §5), and how often a crowded one is read.
 
 Each tick (every `poll_interval_s`) reads the current window's shards; every PREVIOUS_EVERY-th tick
-also the previous window's (late and skewed announcements); after a start, the windows of the last
-`max_age_s` once each, newest first, CATCH_UP_PER_TICK a tick. `read_shards` reads a random subset
-of the shards.
+also the previous window's (late and skewed announcements), and so does the first tick of a new window,
+so that what was stored after a window's last read is still seen; when ticks are far apart (the DHT
+polls back off while gossip delivers: swarm.exchange.poller), every window that ended since the last
+tick is read once, whatever the pacing below says (within `max_age_s`). After a start, the windows of
+the last `max_age_s` are read once each, newest first, CATCH_UP_PER_TICK a tick. `read_shards` reads a
+random subset of the shards.
 
 A DHT read costs in proportion to the entries under the key, not to what we keep of them: the DHT
 fetches every entry (from every replica of the key), verifies its signature and hands us at most
@@ -70,13 +73,19 @@ class PollPlan:
         self._shard_entries: dict[int, int] = {}  # shard → entries its newest key held at its last read
         self._last: dict[tuple[bool, int], float] = {}  # (previous window?, shard) → when last read
         self.entries_per_s = READS_PER_FETCH * max(1, cfg.max_fetches_per_window) / cfg.window_s
+        self._last_current: int | None = None  # the current window at the last tick
+        self._max_missed = max(1, int(cfg.max_age_s // cfg.window_s))  # older windows hold nothing we would fetch
 
     def keys(self, tick: int, now: float) -> dict[str, tuple[int, int]]:
         """DHT key → (window, shard) to read at this tick."""
         cfg = self.cfg
         current = window_of(now, cfg.window_s)
-        recent = [current] + ([current - 1] if tick % PREVIOUS_EVERY == 0 else [])
+        last, self._last_current = self._last_current, current
+        new_window = last is not None and current > last
+        recent = [current] + ([current - 1] if new_window or tick % PREVIOUS_EVERY == 0 else [])
         older, self.catch_up = self.catch_up[:CATCH_UP_PER_TICK], self.catch_up[CATCH_UP_PER_TICK:]
+        if new_window:  # windows that ended with no tick after their end (reads backed off): each read once more
+            older += [w for w in range(max(last, current - self._max_missed), current - 1) if w not in older]
         shards = list(range(cfg.shards))
         if cfg.read_shards is not None and cfg.read_shards < len(shards):
             shards = self.rng.sample(shards, cfg.read_shards)

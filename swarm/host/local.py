@@ -41,11 +41,14 @@ def _python_cli() -> list[str]:
     return [sys.executable, "-m", "ops.cli"]
 
 
-def start_bootstrap(log: Path, *, startup_timeout_s: float = 60.0, swarm_id: str = "rlswarm") -> tuple[Child, list[str]]:
-    """Start `swarm bootstrap` on loopback and return it with the multiaddrs it printed."""
+def start_bootstrap(log: Path, *, startup_timeout_s: float = 60.0, swarm_id: str = "rlswarm",
+                    gossip: bool = True) -> tuple[Child, list[str]]:
+    """Start `swarm bootstrap` on loopback (relaying the swarm's gossip unless `gossip` is False) and return it with
+    the multiaddrs it printed."""
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = _python_cli() + ["bootstrap", "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
-                           "--startup-timeout", str(startup_timeout_s), "--swarm-id", swarm_id]
+                           "--startup-timeout", str(startup_timeout_s), "--swarm-id", swarm_id,
+                           "--gossip" if gossip else "--no-gossip"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=fh, start_new_session=True)
     child = Child("bootstrap", proc, log)

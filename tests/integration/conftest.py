@@ -24,9 +24,11 @@ from swarm.host.local import stop_all
 
 
 def peer_config(initial_peers: list[str], **overrides) -> SwarmConfig:
-    """A SwarmConfig for a test peer of the local swarm (generous start-up timeout for a busy machine)."""
+    """A SwarmConfig for a test peer of the local swarm (generous start-up timeout for a busy machine). Gossip is
+    off unless a test asks for it: these peers test the DHT path, every peer's fallback; the gossip tests (and the
+    nodes `swarm local` starts, which keep the default) run gossip."""
     return SwarmConfig(**{"enabled": True, "initial_peers": initial_peers, "startup_timeout_s": 60,
-                          "dht_timeout_s": 5, **overrides})
+                          "dht_timeout_s": 5, "gossip": False, **overrides})
 
 
 @contextmanager

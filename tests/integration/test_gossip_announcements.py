@@ -7,7 +7,8 @@ pubsub in its daemon and still gets the same bundle from its DHT poll.
 
 A mixed swarm (swarm.exchange.poller): a gossip peer that gossip delivers to polls the DHT only every
 `gossip_poll_every`-th interval, and still exchanges both ways with a peer that has gossip off, through the DHT
-copies every peer stores."""
+copies every peer stores; once a read brings that peer's announcement, it reports the mode `mixed` and reads
+every interval."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ GOSSIP = {"gossip": True, "poll_interval_s": 30.0, "notify_peers": 0, "fetch_tim
 
 
 def test_a_bundle_announced_by_gossip_is_fetched():
-    assert SwarmConfig().gossip is False  # off unless asked for
+    assert SwarmConfig().gossip is True  # the default (the test peers' config turns it off unless asked for)
     boot, maddrs = start_bootstrap(startup_timeout_s=60)
     peers: list[HivemindTransport] = []
     try:
@@ -93,6 +94,8 @@ def test_a_gossip_peer_and_a_polling_peer_exchange_both_ways_while_gossip_backs_
         took = time.monotonic() - t0
         reports.append(got.announce)
         assert [r.peer for r in got.records] == [plain.peer_id]
+        # a peer seen only by polling: the receiver reads the DHT every interval again, and says so
+        assert (got.announce["mode"], got.announce["poll_only_peers"]) == ("mixed", 1), got.announce
         receiver.publish([_record(receiver.peer_id, 2)])  # gossip and the DHT: the plain peer polls it
         assert _collect(plain, {gossiper.peer_id, receiver.peer_id}, 30) == {gossiper.peer_id, receiver.peer_id}
         skipped = sum(r["dht_polls_skipped"] for r in reports)

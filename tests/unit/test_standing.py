@@ -280,6 +280,21 @@ def test_a_crowded_key_is_read_less_often_and_catch_up_windows_are_read_once_eac
     assert seen >= set(range(now_w - 59, now_w + 1))  # every window of max_age_s read at least once
 
 
+def test_a_window_that_ended_between_backed_off_ticks_is_read_once_after_it():
+    """Ticks far apart (the DHT polls back off while gossip delivers): the first tick of a new window reads the
+    previous window whatever its tick number, and every window that ended with no tick after it is read once, so
+    an announcement stored after a window's last read is still seen; ticks 0.5 s apart read as before."""
+    t0 = 1_700_000_000.0
+    plan = PollPlan(SwarmConfig(enabled=True), now=t0)
+    plan.catch_up = []
+    w0 = window_of(t0, 10.0)
+    assert {w for w, _ in plan.keys(1, t0).values()} == {w0}
+    assert {w for w, _ in plan.keys(2, t0 + 10.0).values()} == {w0 + 1, w0}  # new window: the one that ended
+    assert {w for w, _ in plan.keys(3, t0 + 10.5).values()} == {w0 + 1}  # within it: current only (tick 3)
+    assert {w for w, _ in plan.keys(5, t0 + 40.0).values()} == {w0 + 4, w0 + 3, w0 + 2, w0 + 1}  # 30 s later
+    assert {w for w, _ in plan.keys(6, t0 + 1000.0).values()} == {w0 + 100, *range(w0 + 40, w0 + 100)}  # max_age_s
+
+
 def test_the_entries_a_reader_downloads_per_second_do_not_grow_with_the_swarm():
     """Every shard's key holding N / 4 entries: over three hours the entries read per second stay near
     entries_per_s for N = 400 and N = 8,000 alike (a key of 2,000 entries is read every 13 minutes), so N
