@@ -23,8 +23,7 @@ from node.config import parse_config
 from node.node import Node
 from node.round.loop import run_round
 from protocols.codec import encode_bundle, sha256_hex
-from protocols.keys import rollouts_key, shard_of
-from protocols.keys import window_of
+from protocols.keys import rollouts_key, shard_of, window_of
 from swarm.config import SwarmConfig
 from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 from swarm.exchange.polling import PollPlan
