@@ -14,7 +14,7 @@ the two transports and the streams under the real one.
   admission  streams per peer and in all, download slots, bundles served per requester
   fetch      fetching one announced bundle, and notifying a peer of an announcement
   push       pushing our bundle to chosen peers, and receiving a peer's push
-  gossip     announcements over gossipsub beside the DHT (swarm.gossip, off by default), its fallback and report
+  gossip     announcements over gossipsub beside the DHT (swarm.gossip, on by default), its fallback and report
   wire       the bundle stream's framing (serve and fetch)
   scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
   loop       the transport's asyncio loop: its exception handler, emptied before it closes

@@ -1,4 +1,4 @@
-"""Announcements over libp2p gossipsub, beside the DHT (`swarm.gossip`, off by default).
+"""Announcements over libp2p gossipsub, beside the DHT (`swarm.gossip`, on by default).
 
 With `gossip` on, the transport's p2pd runs gossipsub (swarm.dht.peer starts it with pubsub,
 swarm.net.pubsub) and this piece, on the transport's loop:
@@ -11,7 +11,8 @@ swarm.net.pubsub) and this piece, on the transport's loop:
   - publishes each new announcement of ours on the topic once, when its first DHT store starts
     (not in client mode, whose bundles travel by push: swarm.exchange.push).
 The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
-the DHT polls back off while gossip delivers (swarm.exchange.poller). A failed publish is counted
+the DHT polls back off while gossip delivers and every peer seen lately gossips (swarm.exchange.poller:
+the modes gossip / mixed / dht; `_delivered` tells the PollGate which peers gossip delivered from). A failed publish is counted
 (`publish_failures`) and logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub
 module docstring).
 
