@@ -47,11 +47,12 @@ class GossipGuard:
     """The per-signer allowance, ban list and disconnects of one subscription (module docstring); on one loop."""
 
     def __init__(self, disconnect: Callable[[str], Awaitable[None]], spawn: Callable, ban_s: float, *,
-                 rate_per_s: float = RATE_PER_S, burst: int = BURST, every_s: float = DISCONNECT_EVERY_S,
+                 rate_per_s: float = RATE_PER_S, burst: int = BURST, every_s: float | None = None,
                  max_banned: int = MAX_BANNED, max_tracked: int = MAX_TRACKED,
                  clock: Callable[[], float] = time.monotonic):
         self.ban_s = ban_s
-        self.rate_per_s, self.burst, self.every_s = rate_per_s, burst, every_s
+        self.rate_per_s, self.burst = rate_per_s, burst
+        self.every_s = DISCONNECT_EVERY_S if every_s is None else every_s
         self.max_banned, self.max_tracked = max_banned, max_tracked
         self.clock = clock
         self.banned = 0  # bans made
