@@ -112,6 +112,10 @@ class SwarmConfig(BaseModel):
                                     "announcement arrived by it within this many poll intervals, and a peer seen "
                                     "only by polling keeps every interval reading for as long; after that the DHT "
                                     "is read every interval again")
+    gossip_ban_s: float = Field(300.0, ge=0, le=86400, description="a peer that gossips more than its allowance "
+                                "(20 messages at once, refilled at 1 a second) is banned this long: its gossiped "
+                                "messages are dropped unread (drop reason banned) and our p2pd disconnects it, "
+                                "again at most every 2 s while it sends; 0 = off")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "

@@ -10,10 +10,12 @@ swarm.net.pubsub) and this piece, on the transport's loop:
     (swarm.net.identity). Our own messages, which the daemon delivers to us too, are skipped;
   - publishes each new announcement of ours on the topic once, when its first DHT store starts
     (not in client mode, whose bundles travel by push: swarm.exchange.push).
-The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
-the DHT polls back off while gossip delivers and every peer seen lately gossips (swarm.exchange.poller:
-the modes gossip / mixed / dht; `_delivered` tells the PollGate which peers gossip delivered from). A failed publish is counted
-(`publish_failures`) and logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub
+A signer that gossips more than its allowance is banned for `swarm.gossip_ban_s` and disconnected; its messages
+are then dropped before the Inbox (drop reason `banned`; swarm.exchange.gossip_guard, counters `banned`,
+`disconnects`). The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
+the DHT polls back off while gossip delivers and every peer seen lately gossips (swarm.exchange.poller: the
+modes gossip / mixed / dht; `_delivered` tells the PollGate which peers gossip delivered from). A failed
+publish is counted (`publish_failures`) and logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub
 module docstring).
 
 Fallback: `start_gossip` returns no GossipAnnouncements, and the reason, when the daemon runs without
@@ -30,6 +32,7 @@ import time
 from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
+from swarm.exchange.gossip_guard import GossipGuard
 from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
 
@@ -44,12 +47,18 @@ class GossipAnnouncements:
         self.pubsub = pubsub
         self.topic = topic
         self.received = 0  # messages delivered on the topic, ours excluded
+        self.received_bytes = 0  # their data bytes
         self.offered = 0  # of those, new valid announcements (fetch candidates)
         self.published = 0
         self.publish_failures = 0
         # time.monotonic() of the last valid announcement gossip delivered, new or already had by a push or the DHT:
         # while recent, the DHT polls back off (swarm.exchange.poller)
         self.last_valid: float | None = None
+        # a signer over its allowance is banned and disconnected (swarm.exchange.gossip_guard)
+        self.guard = GossipGuard(pubsub.disconnect, transport.spawn, transport.cfg.gossip_ban_s)
+
+    banned = property(lambda self: self.guard.banned)
+    disconnects = property(lambda self: self.guard.disconnects)
 
     @classmethod
     async def start(cls, transport) -> GossipAnnouncements:
@@ -84,6 +93,10 @@ class GossipAnnouncements:
                 if msg.sender == self.transport.peer_id:
                     continue
                 self.received += 1
+                self.received_bytes += len(msg.data)
+                if not self.guard.admit(msg.sender):
+                    inbox.drop("banned")
+                    continue
                 now = time.time()
                 if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
@@ -122,7 +135,7 @@ class GossipReport:
     delivers, the poll mode (`gossip`, `mixed` or `dht`: swarm.exchange.poller), the peers seen only by polling,
     and the counters' increase since the previous take."""
 
-    COUNTED = ("received", "offered", "published", "publish_failures")
+    COUNTED = ("received", "offered", "published", "publish_failures", "received_bytes", "banned", "disconnects")
 
     def __init__(self):
         self._before: dict[str, int] = {}
