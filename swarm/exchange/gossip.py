@@ -26,13 +26,14 @@ once and reports it in every take (`GossipReport`: the metrics line's `announce_
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
-from swarm.exchange.gossip_guard import GossipGuard
+from swarm.exchange.gossip_guard import PUBLISH_BURST, PUBLISH_RATE_PER_S, GossipGuard
 from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
 
@@ -56,6 +57,11 @@ class GossipAnnouncements:
         self.last_valid: float | None = None
         # a signer over its allowance is banned and disconnected (swarm.exchange.gossip_guard)
         self.guard = GossipGuard(pubsub.disconnect, transport.spawn, transport.cfg.gossip_ban_s)
+        # our own pace (publish): a token bucket of PUBLISH_BURST, the newest announcement past it waiting
+        self._tokens, self._paced_at = float(PUBLISH_BURST), time.monotonic()
+        self._waiting: bytes | None = None
+        self._flushing = False
+        self.publish_paced = 0  # announcements of ours replaced by a newer one while waiting for the pace
 
     banned = property(lambda self: self.guard.banned)
     disconnects = property(lambda self: self.guard.disconnects)
@@ -69,7 +75,37 @@ class GossipAnnouncements:
         return gossip
 
     async def publish(self, value: bytes) -> None:
-        """Gossip one announcement value of ours."""
+        """Gossip one announcement value of ours, paced to half of every receiver's allowance (PUBLISH_RATE_PER_S,
+        PUBLISH_BURST): a node whose rounds are faster than that is never banned by an honest peer's guard. Past
+        the pace, the newest announcement waits for the next token and replaces any older one still waiting
+        (counted `publish_paced`); the DHT store and the pushes of each one run as usual."""
+        now = time.monotonic()
+        self._tokens = min(float(PUBLISH_BURST), self._tokens + (now - self._paced_at) * PUBLISH_RATE_PER_S)
+        self._paced_at = now
+        if self._waiting is not None or self._tokens < 1.0:
+            if self._waiting is not None:
+                self.publish_paced += 1  # the older one waiting is replaced, never sent
+            self._waiting = value
+            if not self._flushing:
+                self._flushing = True
+                self.transport.spawn(self._flush())
+            return
+        self._tokens -= 1.0
+        await self._send(value)
+
+    async def _flush(self) -> None:
+        """Send the newest waiting announcement once a token is there."""
+        try:
+            await asyncio.sleep(max(0.0, 1.0 - self._tokens) / PUBLISH_RATE_PER_S)
+            value, self._waiting = self._waiting, None
+            self._tokens, self._paced_at = max(0.0, self._tokens + (time.monotonic() - self._paced_at)
+                                               * PUBLISH_RATE_PER_S - 1.0), time.monotonic()
+            if value is not None:
+                await self._send(value)
+        finally:
+            self._flushing = False
+
+    async def _send(self, value: bytes) -> None:
         try:
             await self.pubsub.publish(self.topic, value)
             self.published += 1
@@ -135,7 +171,8 @@ class GossipReport:
     delivers, the poll mode (`gossip`, `mixed` or `dht`: swarm.exchange.poller), the peers seen only by polling,
     and the counters' increase since the previous take."""
 
-    COUNTED = ("received", "offered", "published", "publish_failures", "received_bytes", "banned", "disconnects")
+    COUNTED = ("received", "offered", "published", "publish_failures", "publish_paced", "received_bytes", "banned",
+               "disconnects")
 
     def __init__(self):
         self._before: dict[str, int] = {}

@@ -6,8 +6,10 @@ and no peer-scoring parameters (swarm.net.pubsub), so the only lever we hold ove
 is the connection: p2pd's DISCONNECT control request (`Pubsub.disconnect`). The guard decides when to pull it.
 
     allowance   each signer (the publisher our daemon verified) may gossip BURST messages at once, refilled at
-                RATE_PER_S a second (a token bucket per signer). An honest peer gossips one announcement per
-                publish, one per round, and the Inbox keeps at most MAX_CANDIDATES_PER_PEER of a peer's waiting
+                RATE_PER_S a second (a token bucket per signer). An honest peer gossips at most one
+                announcement per publish, one per round, paced to half this allowance (PUBLISH_RATE_PER_S,
+                PUBLISH_BURST: a node with faster rounds gossips its newest announcement when the pace allows;
+                swarm.exchange.gossip), and the Inbox keeps at most MAX_CANDIDATES_PER_PEER of a peer's waiting
                 (swarm.exchange.receive): more than that is work the Inbox only throws away. The messages count
                 whatever they hold (valid, invalid, repeated): each one is traffic.
     ban         a signer that runs its allowance dry is banned for `ban_s` seconds: its messages, the one that
@@ -41,6 +43,10 @@ BURST = 20  # … up to this many at once
 DISCONNECT_EVERY_S = 2.0  # at most one disconnect per banned signer per this many seconds
 MAX_BANNED = 256  # signers banned at once
 MAX_TRACKED = 4096  # signers whose allowance is tracked
+# what we gossip ourselves (swarm.exchange.gossip.GossipAnnouncements.publish): half the allowance, so an honest peer
+# with rounds faster than a second, or a clock drifting, never runs another's allowance dry
+PUBLISH_RATE_PER_S = RATE_PER_S / 2
+PUBLISH_BURST = BURST // 2
 
 
 class GossipGuard:

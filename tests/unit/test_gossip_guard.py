@@ -102,3 +102,40 @@ def test_a_banned_signers_messages_are_dropped_before_the_inbox():
     assert gossip.received == BURST + 5 and gossip.received_bytes == 10 * (BURST + 5)
     assert (gossip.banned, gossip.disconnects) == (1, 1) and len(spawned) == 1
     spawned[0].close()
+
+
+def test_our_own_gossip_is_paced_to_half_the_allowance_and_the_newest_waiting_one_goes_out():
+    """A node whose rounds are faster than the pace: the first PUBLISH_BURST announcements go at once, later ones
+    wait for the next token, a newer one replacing the one waiting (counted `publish_paced`); so over any stretch
+    it gossips at most PUBLISH_BURST + PUBLISH_RATE_PER_S × seconds, half of what every receiver's guard allows."""
+    from swarm.exchange.gossip_guard import PUBLISH_BURST, PUBLISH_RATE_PER_S, RATE_PER_S
+
+    assert PUBLISH_BURST <= BURST / 2 and PUBLISH_RATE_PER_S <= RATE_PER_S / 2
+    sent: list[bytes] = []
+
+    async def run() -> GossipAnnouncements:
+        loop = asyncio.get_running_loop()
+
+        async def publish(topic: str, data: bytes) -> None:
+            sent.append(data)
+
+        transport = SimpleNamespace(peer_id="me", cfg=SwarmConfig(gossip=True),
+                                    spawn=lambda coro: loop.create_task(coro))
+        gossip = GossipAnnouncements(transport, SimpleNamespace(disconnect=None, publish=publish), "topic")
+        for i in range(PUBLISH_BURST + 5):  # all within a few milliseconds
+            await gossip.publish(b"%d" % i)
+        assert len(sent) == PUBLISH_BURST  # the rest wait: only the newest of them will go
+        await asyncio.sleep(1.2 / PUBLISH_RATE_PER_S)
+        return gossip
+
+    gossip = asyncio.run(run())
+    assert sent == [b"%d" % i for i in range(PUBLISH_BURST)] + [b"%d" % (PUBLISH_BURST + 4)]
+    assert (gossip.published, gossip.publish_paced) == (PUBLISH_BURST + 1, 4)
+    # a receiver's guard with the default allowance never bans this pace
+    guard, clock, _ = _guard()
+    admitted = []
+    for k in range(600):  # ten minutes of one announcement every 0.1 s, paced as above
+        clock.t += 0.1
+        if k < PUBLISH_BURST or k % round(1 / (0.1 * PUBLISH_RATE_PER_S)) == 0:
+            admitted.append(guard.admit("fast"))
+    assert all(admitted) and guard.banned == 0
