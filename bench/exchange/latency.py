@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness.netns import Hosts
 from bench.harness.output import results_dir, table, write_json
-from bench.harness.peers import run_level
+from bench.harness.peers import cpu_seconds, run_level
 
 RESULTS = results_dir("exchange")
 FAILURES = ("fetch_failed", "fetch_timeout", "digest_mismatch")
@@ -68,15 +68,23 @@ def main(argv: list[str] | None = None) -> None:
             rtt = measure_rtt(hosts)
             print(f"{arm}: RTT between hosts min / mean / max {rtt['rtt_ms']} ms; {args.hosts * args.per_host} peers"
                   f", {args.rounds} rounds × {args.period:g} s …", flush=True)
-            rows.append({**run_arm(hosts, arm, args), **rtt})
+            cpu0, wall0 = switch_cpu(hosts), time.monotonic()
+            row = {**run_arm(hosts, arm, args), **rtt}
+            if hosts.switch_pid is not None:  # the user-space switch's CPU over the arm, in cores
+                row["switch_cpu_cores"] = (switch_cpu(hosts) - cpu0) / (time.monotonic() - wall0)
+            rows.append(row)
     cols = ["transport", "peers", "hosts", "delivery", "fetched_pairs", "failed", "p50_visible_s", "p95_visible_s",
-            "rtt_ms", "load_avg_1m"]
+            "rtt_ms", "load_avg_1m", "switch_cpu_cores"]
     print(table(rows, cols))
     for r in rows:
         if "error" in r:
             print(f"{r['transport']}: {r['error']}")
     payload = {"args": vars(args), "one_way_delay_ms": delays, "delayed_by": hosts.delayed_by, "rows": rows}
     print(f"wrote {write_json(args.out, payload, RESULTS)}")
+
+
+def switch_cpu(hosts: Hosts) -> float:
+    return cpu_seconds(hosts.switch_pid) if hosts.switch_pid is not None else 0.0
 
 
 def measure_rtt(hosts: Hosts) -> dict:

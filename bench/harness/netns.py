@@ -151,6 +151,11 @@ class Hosts:
             subprocess.run([self.ip, "netns", "delete", ns], capture_output=True)
         self._made.clear()
 
+    @property
+    def switch_pid(self) -> int | None:
+        """The user-space switch's process (None where the frames cross a bridge)."""
+        return self._switch.pid if self._switch is not None else None
+
     def pids(self, ns: str) -> list[int]:
         done = subprocess.run([self.ip, "netns", "pids", ns], capture_output=True, text=True)
         return [int(x) for x in done.stdout.split()] if done.returncode == 0 else []
