@@ -1,6 +1,7 @@
-"""The delayed hosts of bench/harness/netns.py: the RTT between two hosts is the sum of their one-way delays
-(netem where the kernel has it, the user-space switch otherwise), a process left running on a host is killed
-when the hosts are removed, and no namespace outlives them. Needs root and `ip netns` (skips otherwise)."""
+"""The hosts of bench/harness/netns.py: without delays they share a bridge; with them the RTT between two hosts
+is the sum of their one-way delays (netem where the kernel has it, the user-space switch otherwise); a process
+left running on a host is killed when the hosts are removed, and no namespace outlives them. Needs root and
+`ip netns` (skips otherwise)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,12 @@ def test_rtt_is_the_sum_of_the_hosts_delays_and_everything_goes_at_the_end():
     assert sleeper.wait(5) is not None
     left = subprocess.run([hosts.ip, "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert not any(ns in left for ns in hosts.ns.values()), left
+
+
+def test_hosts_without_delays_share_a_bridge():
+    with Hosts(["a", "b"], subnet="10.231.11") as hosts:
+        got = hosts.rtt_ms("a", ["b"])["b"]
+        assert hosts.delayed_by == "" and hosts.switch_pid is None
+    assert got and max(got) < 50, got
+    left = subprocess.run([hosts.ip, "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not any(ns in left for ns in [*hosts.ns.values(), f"{hosts.tag}sw"]), left
