@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--subnet", default="10.231.9")
     ap.add_argument("--out", default="latency")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C and kill both leave through Hosts' cleanup
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     names = ["boot", *(f"h{i}" for i in range(args.hosts))]
     rng = random.Random(args.seed)
