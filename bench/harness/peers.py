@@ -1,8 +1,8 @@
 """Real hivemind peers that behave like nodes without a model, and the records they publish.
 
     synthetic_records   one lab round's records (B prompts × G completions × T tokens with ids, logprobs, text)
-    run_level           N such peers in worker processes (`python -m bench.harness.peers`, k peers each) on one
-                        bootstrap: each publishes a bundle every `period` seconds (its own offset) and takes
+    run_level           N such peers in worker processes (`python -m bench.harness.peers`, k peers each, on
+                        loopback or each worker on a host of its own: `places`) on one bootstrap: each publishes a bundle every `period` seconds (its own offset) and takes
                         what arrived, as `run_round` does; returns fan-in, pair latency, DHT costs, CPU, and
                         with `gossip` the peers' gossip counters
     summarise, dht_costs, cpu_and_gossip, cpu_seconds, pct   what a level's worker logs add up to
@@ -76,6 +76,7 @@ def worker(args) -> None:
                       startup_timeout_s=180, max_fetches_per_window=args.budget, notify_peers=args.notify,
                       dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5,
                       gossip=bool(args.gossip),
+                      **({"host_maddrs": [f"/ip4/{args.host_addr}/tcp/0"]} if args.host_addr else {}),
                       **({"gossip_poll_every": args.gossip_poll_every} if args.gossip_poll_every else {}))
     log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
     started = time.monotonic()
@@ -150,7 +151,10 @@ def pct(xs: list[float], q: float) -> float | None:
 
 def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
               maddr: str, beam: int = 0, poll_interval: float = 0.5, gossip: bool = False,
-              swarm_id: str | None = None, gossip_poll_every: int | None = None) -> dict:
+              swarm_id: str | None = None, gossip_poll_every: int | None = None,
+              places: list[tuple[list[str], str]] | None = None) -> dict:
+    """With `places`, worker i runs as `places[i][0] + [python, …]` (e.g. `ip netns exec <host>`) and its peers
+    listen on `places[i][1]` (one entry per worker; otherwise each listens on loopback)."""
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
     n_proc = -(-total // per_process)
@@ -158,12 +162,14 @@ def run_level(total: int, *, per_process: int, rounds: int, period: float, budge
     for i in range(n_proc):
         k = min(per_process, total - i * per_process)
         outs.append(os.path.join(tmp, f"w{i}.json"))
+        prefix, addr = places[i] if places else ([], None)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "bench.harness.peers", "--peers", str(k), "--initial-peer", maddr,
+            [*prefix, sys.executable, "-m", "bench.harness.peers", "--peers", str(k), "--initial-peer", maddr,
              "--rounds", str(rounds), "--period", str(period), "--budget", str(budget), "--notify", str(notify),
              "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
              "--poll-interval", str(poll_interval), *(["--gossip", "1"] if gossip else []),
-             *(["--gossip-poll-every", str(gossip_poll_every)] if gossip and gossip_poll_every else [])],
+             *(["--gossip-poll-every", str(gossip_poll_every)] if gossip and gossip_poll_every else []),
+             *(["--host-addr", addr] if addr else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
              "dht_read_beam": beam, "poll_interval_s": poll_interval, "transport": "gossip" if gossip else "dht",
@@ -245,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--period", type=float)
     ap.add_argument("--poll-interval", type=float)
     ap.add_argument("--initial-peer")
+    ap.add_argument("--host-addr", help="the address the peers listen on (/ip4/<it>/tcp/0; default loopback)")
     ap.add_argument("--swarm-id")
     ap.add_argument("--out")
     worker(ap.parse_args(argv))
