@@ -6,7 +6,8 @@ divided by their peer-rounds (seconds online while measuring / round_s): announc
 stores, DHT read answers, notify pushes) over every honest peer; bundle downloads, delivery and staleness
 over the honest observers (the peers whose receive side runs in full), bundle uploads as the observers
 caused them × N / observers. A key holder's requests are the key lookups (reads and stores) the DHT
-routes to it as one of the key's replicas.
+routes to it as one of the key's replicas. In the gossip setting the bytes of every gossipsub copy and
+control message an honest peer sends or receives (bench.scale.mesh) are added to its up and down bytes.
 """
 
 from __future__ import annotations

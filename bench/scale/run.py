@@ -31,11 +31,10 @@ beside its real numbers (bench/scale/calibrate.py).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from dataclasses import replace
-
-import json
 
 from bench.harness.output import results_dir, table, write_json
 from bench.scale.calibrate import compare, fit_overhead, measure_costs
