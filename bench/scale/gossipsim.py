@@ -4,7 +4,10 @@ over the modelled gossipsub mesh of bench.scale.mesh, as swarm.exchange.gossip r
 REAL (besides what bench.scale.sim calls):
     swarm.exchange.inbox      Inbox.offer(value, sender, now=...) for every gossiped message that reaches an
                               observer (each message once: the daemon drops duplicates), then Inbox.choose when
-                              it was new, exactly as swarm.exchange.gossip does
+                              one was new, as swarm.exchange.gossip does; the messages that reach an observer
+                              within one BATCH_S slot are offered at its end, then one choice runs (the node
+                              chooses after each message: at 1,000 peers and more, a choice per message would
+                              spend most of the simulation's time in Inbox.choose)
     swarm.exchange.receive    vet_announcement: whether a message that was not new is still a valid one
     swarm.exchange.poller     PollGate(gossip_poll_every, gossip_quiet_polls, poll_interval_s).due(last, now): every
                               poll interval of every peer asks it whether to read the DHT (the config's defaults,
@@ -21,6 +24,8 @@ longer and fall into the measured part); peers that join later catch up, gated, 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from bench.scale.mesh import PUBSUB_FRAMING, Mesh
@@ -29,6 +34,8 @@ from bench.scale.sim import Simulation
 from protocols.codec import RecordError
 from swarm.exchange.poller import PollGate
 from swarm.exchange.receive import vet_announcement
+
+BATCH_S = 0.1  # gossiped messages reaching one observer within the same 0.1 s are offered together
 
 
 class GossipSimulation(Simulation):
@@ -39,6 +46,7 @@ class GossipSimulation(Simulation):
         horizon = setting.warmup_s + setting.measure_s
         self.mesh = Mesh(self.world, self.rng, horizon, costs.announcement_bytes + PUBSUB_FRAMING)
         self.observer_idx = np.array(sorted(i for i, nd in enumerate(self.nodes) if nd.observer), np.int64)
+        self.batches: dict[tuple[int, float], list[tuple[str, bytes]]] = {}  # (observer, when) → gossiped messages
         self.at(1.0, self.heartbeat, 1)
 
     def join(self, node) -> None:
@@ -78,25 +86,34 @@ class GossipSimulation(Simulation):
         obs = self.observer_idx
         reached = obs[np.isfinite(arr[obs]) & (obs != i)]
         for o, delay in zip(reached.tolist(), arr[reached].tolist()):
-            nd = self.nodes[o]
-            self.at(self.now + delay, self.gossiped, nd, nd.epoch, signer, value)
+            due = math.ceil((self.now + delay) / BATCH_S) * BATCH_S
+            batch = self.batches.get((o, due))
+            if batch is None:
+                nd = self.nodes[o]
+                batch = self.batches[(o, due)] = []
+                self.at(due, self.gossiped, nd, nd.epoch, due)
+            batch.append((signer, value))
 
-    def gossiped(self, node, epoch: int, signer: str, value: bytes) -> None:
-        """One gossiped message at an observer: what swarm.exchange.gossip does with it."""
+    def gossiped(self, node, epoch: int, due: float) -> None:
+        """The gossiped messages that reached an observer in one batch: what swarm.exchange.gossip does with each,
+        then the fan-in choice once if any was new."""
+        batch = self.batches.pop((node.w.idx, due))
         if epoch != node.epoch or not self.online(node.w.idx):
             return
-        now = node.clock(self.now)
+        now, new = node.clock(self.now), False
         if self.tally.measuring and not node.w.hostile:
-            self.tally.c["gossip_offers"] += 1
-        if node.inbox.offer(value, signer, now=now):
+            self.tally.c["gossip_offers"] += len(batch)
+        for signer, value in batch:
+            if node.inbox.offer(value, signer, now=now):
+                node.last_gossip, new = self.now, True
+                continue
+            try:
+                vet_announcement(value, signer, node.inbox.limits, now=now)
+            except RecordError:
+                continue
             node.last_gossip = self.now
+        if new:
             self.choose(node)  # the fan-in choice, as for a pushed announcement
-            return
-        try:
-            vet_announcement(value, signer, node.inbox.limits, now=now)
-        except RecordError:
-            return
-        node.last_gossip = self.now
 
     def run(self):
         tally = super().run()
