@@ -26,6 +26,7 @@ beside its real numbers (bench/scale/calibrate.py).
 
     python -m bench.scale.run [--peers 100 1000 10000] [--settings before after sized gossip] [--observers 300]
                               [--merge]   (keep the rows of the result file that this run does not redo)
+                              [--costs-from scale_sim]   (that file's costs and fitted per-RPC delay, no new fit)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import replace
 from bench.harness.output import results_dir, table, write_json
 from bench.scale.calibrate import compare, fit_overhead, measure_costs
 from bench.scale.gossipsim import simulate_gossip
-from bench.scale.model import Setting
+from bench.scale.model import Costs, Setting
 from bench.scale.report import figure
 from bench.scale.sim import simulate
 
@@ -95,12 +96,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-calibration", action="store_true")
     ap.add_argument("--out", default="scale_sim")
+    ap.add_argument("--costs-from", default="", help="take the costs (and per-RPC delay) of this result file, no fit")
     ap.add_argument("--merge", action="store_true", help="keep the file's rows (and calibration) this run does not redo")
     args = ap.parse_args(argv)
 
     costs = measure_costs()
     fit, calibration = {}, []
-    if not args.no_calibration:
+    if args.costs_from:  # the sizes and the fitted per-RPC delay of an earlier run, so that its rows compare
+        costs = Costs(**json.loads((RESULTS / f"{args.costs_from}.json").read_text())["costs"])
+        print(f"costs of {args.costs_from}.json: {vars(costs)}", flush=True)
+    elif not args.no_calibration:
         overhead, fit = fit_overhead(costs)
         costs = replace(costs, overhead_s=overhead)
         print(f"per-RPC delay fitted to the real 4-peer push run: {overhead * 1e3:.1f} ms", flush=True)
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     redone = {(r["name"], r["peers"]) for r in rows}
     rows = [{"transport": "dht", **r} for r in old.get("rows", []) if (r["name"], r["peers"]) not in redone] + rows
     rows.sort(key=lambda r: (r["peers"], ["before", "after", "sized", "gossip"].index(r["name"])))
-    calibration = calibration or old.get("calibration", [])
+    calibration, fit = calibration or old.get("calibration", []), fit or old.get("overhead_fit", {})
     cols = ["name", "transport", "peers", "shards", "bytes_up_per_round", "bytes_down_per_round", "ann_down_per_round",
             "bundle_down_per_round", "dht_requests_per_round", "holder_requests_per_s", "delivery",
             "groups_per_round", "p50_visible_s", "p95_visible_s", "age_at_train_p50_s", "version_lag_mean"]
