@@ -27,6 +27,7 @@ beside its real numbers (bench/scale/calibrate.py).
     python -m bench.scale.run [--peers 100 1000 10000] [--settings before after sized gossip] [--observers 300]
                               [--merge]   (keep the rows of the result file that this run does not redo)
                               [--costs-from scale_sim]   (that file's costs and fitted per-RPC delay, no new fit)
+                              [--add NAME ...]   (rows of other result files of this bench join this run's)
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-calibration", action="store_true")
     ap.add_argument("--out", default="scale_sim")
     ap.add_argument("--costs-from", default="", help="take the costs (and per-RPC delay) of this result file, no fit")
+    ap.add_argument("--add", nargs="*", default=[], help="result files (names) whose rows join this run's")
     ap.add_argument("--merge", action="store_true", help="keep the file's rows (and calibration) this run does not redo")
     args = ap.parse_args(argv)
 
@@ -123,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name} {n} peers: {row['wall_s']:.0f} s wall; down {row['bytes_down_per_round'] / 1024:.0f} KiB "
                   f"per round, holder {row['holder_requests_per_s']:.0f} req/s, p95 {row['p95_visible_s']}", flush=True)
     old = json.loads((RESULTS / f"{args.out}.json").read_text()) if args.merge else {}
+    for name in args.add:  # rows of other runs of this bench (e.g. one N run apart), ahead of the file's own
+        rows += [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                 if (r["name"], r["peers"]) not in {(q["name"], q["peers"]) for q in rows}]
     redone = {(r["name"], r["peers"]) for r in rows}
     rows = [{"transport": "dht", **r} for r in old.get("rows", []) if (r["name"], r["peers"]) not in redone] + rows
     rows.sort(key=lambda r: (r["peers"], ["before", "after", "sized", "gossip"].index(r["name"])))
