@@ -1,4 +1,4 @@
-"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16;
+"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16, §16C;
 results in bench/results/scale/).
 
     run.py         the front door: the settings, the goals, the table and the figure
@@ -8,4 +8,8 @@ results in bench/results/scale/).
     calibrate.py   the costs measured from the real code, and the simulation compared with bench/results/exchange/gossip.json
     report.py      per-peer / per-holder accounting → one result row per setting, and the figure
     legacy.py      the poll plan as it was before reads were paced, for the "before" rows
+    mesh.py        the modelled gossipsub mesh of the "gossip" setting: connections, meshes, heartbeats, flood
+                   publish, forwarding, IHAVE / IWANT, and the bytes of every copy and control message
+    gossipsim.py   the "gossip" setting: sim.py with every announcement also gossiped, each delivery offered to
+                   the real Inbox and every DHT poll gated by the real PollGate (§16C)
 """

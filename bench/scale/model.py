@@ -64,6 +64,7 @@ class Setting:
     warmup_s: float = 60.0
     measure_s: float = 60.0
     observers: int = 1000  # peers whose receive side runs in full (all of them when peers ≤ observers)
+    transport: str = "dht"  # "dht": announcements by DHT and pushes; "gossip": also gossipsub (bench.scale.gossipsim)
     plan: str = "current"  # "current": swarm.exchange.polling.PollPlan; "legacy": its rule before reads were paced (bench.scale.legacy)
     seed: int = 0
     extra: dict = field(default_factory=dict, compare=False)  # free-form notes carried into the row

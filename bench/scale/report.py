@@ -6,7 +6,8 @@ divided by their peer-rounds (seconds online while measuring / round_s): announc
 stores, DHT read answers, notify pushes) over every honest peer; bundle downloads, delivery and staleness
 over the honest observers (the peers whose receive side runs in full), bundle uploads as the observers
 caused them × N / observers. A key holder's requests are the key lookups (reads and stores) the DHT
-routes to it as one of the key's replicas.
+routes to it as one of the key's replicas. In the gossip setting the bytes of every gossipsub copy and
+control message an honest peer sends or receives (bench.scale.mesh) are added to its up and down bytes.
 """
 
 from __future__ import annotations
@@ -150,13 +151,16 @@ class Tally:
         up_bundle = sum(v for j, v in self.up_bundles.items() if self.honest[j]) * self.scale / pr
         dht_serve = sum(v for j, v in self.holder_bytes.items() if self.honest[j]) / pr
         up_ann, down_ann, down_bundle = c["up_ann"] / pr, c["down_ann"] / pr, c["down_bundle"] / orr
+        up_gossip, down_gossip = c["up_gossip"] / pr, c["down_gossip"] / pr  # gossipsub copies and control
         reqs = sorted(self.holder_req.values())
         resolved = c["delivered"] + c["failed"]
         vis = self.visible + self.visible_push
         return {
-            "name": s.name, "peers": s.peers, "observers": len(self.observers), "shards": s.shards,
-            "read_shards": s.read_shards,
-            "bytes_up_per_round": up_ann + up_bundle + dht_serve, "bytes_down_per_round": down_ann + down_bundle,
+            "name": s.name, "transport": s.transport, "peers": s.peers, "observers": len(self.observers),
+            "shards": s.shards, "read_shards": s.read_shards,
+            "bytes_up_per_round": up_ann + up_bundle + dht_serve + up_gossip,
+            "bytes_down_per_round": down_ann + down_bundle + down_gossip,
+            "gossip_up_per_round": up_gossip, "gossip_down_per_round": down_gossip,
             "ann_up_per_round": up_ann, "ann_down_per_round": down_ann, "dht_serve_up_per_round": dht_serve,
             "bundle_up_per_round": up_bundle, "bundle_down_per_round": down_bundle,
             "catch_up_down_per_round": c["down_catch_up"] / pr,  # part of ann_down: a (re)joining peer's first reads

@@ -11,6 +11,10 @@ junk bundles). Settings, one row each per N:
     after    swarm/exchange/polling.py now: a bounded number of DHT entries read per second, shards 4
     sized    `after` with docs/PROTOCOL.md §5's sizing table: shards = N / 64 (at least 4), a
              random 4 (1,000 peers) or 8 (10,000) of them read per tick
+    gossip   `sized` with swarm.gossip on: every announcement also gossiped over a modelled gossipsub mesh
+             (bench/scale/mesh.py), the DHT polls gated by the real PollGate (bench/scale/gossipsim.py)
+
+Every row carries `transport` ("dht", or "gossip" for the gossip setting).
 
 Per peer per round: bytes up and down (announcements, i.e. DHT stores, reads and pushes, apart from
 bundles, and the DHT answers a peer sends as a key's replica), DHT requests, the delivery ratio of what
@@ -20,19 +24,24 @@ requests per second (the busiest, and the mean). The costs come from the real en
 per-RPC delay is fitted to bench/exchange/gossip.py's real 4-peer run and every real gossip row is re-run here
 beside its real numbers (bench/scale/calibrate.py).
 
-    python -m bench.scale.run [--peers 100 1000 10000] [--settings before after sized] [--observers 300]
+    python -m bench.scale.run [--peers 100 1000 10000] [--settings before after sized gossip] [--observers 300]
+                              [--merge]   (keep the rows of the result file that this run does not redo)
+                              [--costs-from scale_sim]   (that file's costs and fitted per-RPC delay, no new fit)
+                              [--add NAME ...]   (rows of other result files of this bench join this run's)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from dataclasses import replace
 
 from bench.harness.output import results_dir, table, write_json
 from bench.scale.calibrate import compare, fit_overhead, measure_costs
-from bench.scale.model import Setting
+from bench.scale.gossipsim import simulate_gossip
+from bench.scale.model import Costs, Setting
 from bench.scale.report import figure
 from bench.scale.sim import simulate
 
@@ -44,7 +53,8 @@ def setting(name: str, n: int, args) -> Setting:
                    seed=args.seed)
     if name == "before":
         return replace(base, plan="legacy")
-    if name == "sized":
+    if name in ("sized", "gossip"):
+        base = replace(base, transport="gossip") if name == "gossip" else base
         shards = max(4, round(n / 64))
         return replace(base, shards=shards, read_shards=None if shards <= 4 else (4 if n <= 1000 else 8))
     return base
@@ -72,6 +82,7 @@ def goals(rows: list[dict], name: str) -> dict:
     out["holder_flat"] = out["holder_requests_spread"] <= 1.5
     out["p95_under_2s"] = (out["p95_visible_s_at_1000"] or math.inf) < 2.0
     out["delivery_95"] = out["delivery_min"] >= 0.95
+    out["delivery_99"] = out["delivery_min"] >= 0.99
     out["no_setting_sized_to_n"] = len(set(out["shards"])) == 1
     return out
 
@@ -86,11 +97,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-calibration", action="store_true")
     ap.add_argument("--out", default="scale_sim")
+    ap.add_argument("--costs-from", default="", help="take the costs (and per-RPC delay) of this result file, no fit")
+    ap.add_argument("--add", nargs="*", default=[], help="result files (names) whose rows join this run's")
+    ap.add_argument("--merge", action="store_true", help="keep the file's rows (and calibration) this run does not redo")
     args = ap.parse_args(argv)
 
     costs = measure_costs()
     fit, calibration = {}, []
-    if not args.no_calibration:
+    if args.costs_from:  # the sizes and the fitted per-RPC delay of an earlier run, so that its rows compare
+        costs = Costs(**json.loads((RESULTS / f"{args.costs_from}.json").read_text())["costs"])
+        print(f"costs of {args.costs_from}.json: {vars(costs)}", flush=True)
+    elif not args.no_calibration:
         overhead, fit = fit_overhead(costs)
         costs = replace(costs, overhead_s=overhead)
         print(f"per-RPC delay fitted to the real 4-peer push run: {overhead * 1e3:.1f} ms", flush=True)
@@ -101,16 +118,25 @@ def main(argv: list[str] | None = None) -> None:
     for n in args.peers:
         for name in args.settings:
             started = time.time()
-            row = simulate(setting(name, n, args), costs)
+            s = setting(name, n, args)
+            row = (simulate_gossip if s.transport == "gossip" else simulate)(s, costs)
             row["wall_s"] = time.time() - started
             rows.append(row)
             print(f"{name} {n} peers: {row['wall_s']:.0f} s wall; down {row['bytes_down_per_round'] / 1024:.0f} KiB "
                   f"per round, holder {row['holder_requests_per_s']:.0f} req/s, p95 {row['p95_visible_s']}", flush=True)
-    cols = ["name", "peers", "shards", "bytes_up_per_round", "bytes_down_per_round", "ann_down_per_round",
+    old = json.loads((RESULTS / f"{args.out}.json").read_text()) if args.merge else {}
+    for name in args.add:  # rows of other runs of this bench (e.g. one N run apart), ahead of the file's own
+        rows += [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+                 if (r["name"], r["peers"]) not in {(q["name"], q["peers"]) for q in rows}]
+    redone = {(r["name"], r["peers"]) for r in rows}
+    rows = [{"transport": "dht", **r} for r in old.get("rows", []) if (r["name"], r["peers"]) not in redone] + rows
+    rows.sort(key=lambda r: (r["peers"], ["before", "after", "sized", "gossip"].index(r["name"])))
+    calibration, fit = calibration or old.get("calibration", []), fit or old.get("overhead_fit", {})
+    cols = ["name", "transport", "peers", "shards", "bytes_up_per_round", "bytes_down_per_round", "ann_down_per_round",
             "bundle_down_per_round", "dht_requests_per_round", "holder_requests_per_s", "delivery",
             "groups_per_round", "p50_visible_s", "p95_visible_s", "age_at_train_p50_s", "version_lag_mean"]
     print(table(rows, cols))
-    verdicts = {name: goals(rows, name) for name in args.settings}
+    verdicts = {name: goals(rows, name) for name in dict.fromkeys(r["name"] for r in rows)}
     for name, g in verdicts.items():
         print(name, {k: v for k, v in g.items() if isinstance(v, bool)})
     path = write_json(args.out, {"args": vars(args), "costs": vars(costs), "overhead_fit": fit,

@@ -240,6 +240,10 @@ class Simulation:
         i = node.w.idx
         if gen != node.gen or node.reading or not self.online(i):
             return
+        if not self.poll_due(node):  # gossip delivers: this interval reads nothing (bench.scale.gossipsim)
+            node.gen += 1
+            self.at(self.now + self.setting.poll_s, self.poll, node, node.gen)
+            return
         node.reading = True
         now = node.clock(self.now)
         keys = node.plan.keys(node.tick, now)
@@ -259,6 +263,9 @@ class Simulation:
         delay = (self.hops * (node.w.rtt_s + self.mean_rtt) / 2 + self.costs.overhead_s * self.hops
                  + down / node.w.down_bps)
         self.at(self.now + delay, self.poll_done, node, gen, found)
+
+    def poll_due(self, node: Node) -> bool:
+        return True  # DHT only: every poll interval reads
 
     def poll_done(self, node: Node, gen: int, found: dict) -> None:
         node.reading = False

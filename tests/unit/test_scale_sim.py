@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter
 
 import pytest
@@ -11,8 +12,11 @@ import protocols.announce
 import protocols.keys
 import swarm.dht.expiry
 import swarm.exchange.inbox
+import swarm.exchange.poller
 import swarm.exchange.polling
 import swarm.exchange.push
+import swarm.exchange.receive
+from bench.scale import gossipsim
 from bench.scale import sim as simmod
 from bench.scale.model import REPLICAS, Costs, DHTModel, Setting, make_world
 from bench.scale.report import Tally
@@ -87,6 +91,7 @@ def spies(monkeypatch):
 
         def wrapper(*a, **kw):
             calls[f"{getattr(owner, '__name__', owner)}.{name}"] += 1
+            calls[f"{getattr(owner, '__name__', owner)}.{name}<-{sys._getframe(1).f_code.co_name}"] += 1
             return real(*a, **kw)
         monkeypatch.setattr(owner, name, wrapper)
     for name in ("offer", "claim", "choose", "settle", "settle_fetched", "take", "judge", "known_peers"):
@@ -96,6 +101,7 @@ def spies(monkeypatch):
     spy(swarm.exchange.polling.PollPlan, "saw")
     spy(swarm.dht.expiry.Expirations, "next")
     spy(swarm.exchange.push.Pusher, "targets")
+    spy(swarm.exchange.poller.PollGate, "due")
     return calls
 
 
@@ -114,6 +120,29 @@ def test_the_simulation_drives_the_projects_own_exchange_code(spies):
         assert spies[name] > 0, f"the simulation no longer calls {name}"
     drops = sim.tally.drops
     assert drops["fetch_timeout"] + drops["fetch_failed"] > 0  # ghosts' bytes are never served: real failures
+
+
+def test_the_gossip_setting_offers_every_gossiped_message_to_the_inbox_and_gates_polls(spies):
+    assert gossipsim.PollGate is swarm.exchange.poller.PollGate
+    assert gossipsim.vet_announcement is swarm.exchange.receive.vet_announcement
+    sim = gossipsim.GossipSimulation(small(peers=20, nat=0.3, hostile=0.1, churn=True, transport="gossip"), COSTS)
+    sim.run()
+    assert spies["Inbox.offer<-gossiped"] > 0, "gossiped messages no longer go through Inbox.offer"
+    assert spies["PollGate.due<-poll_due"] > 0, "DHT polls are no longer gated by PollGate.due"
+    c = sim.tally.c
+    assert c["polls_skipped"] > 0 and c["polls_read"] > 0 and c["up_gossip"] > 0 and c["down_gossip"] > 0
+    cfg = sim.cfg  # the gate's numbers are the config's
+    gate = sim.nodes[0].gate
+    assert gate.every == cfg.gossip_poll_every and gate.quiet_s == cfg.gossip_quiet_polls * cfg.poll_interval_s
+
+
+def test_a_gossip_row_carries_its_transport_and_the_gossip_bytes():
+    row = gossipsim.simulate_gossip(small(peers=12, transport="gossip", name="gossip"), COSTS)
+    assert row["transport"] == "gossip" and row["gossip_reach"] == 1.0 and row["delivery"] == 1.0
+    assert row["bytes_down_per_round"] == pytest.approx(row["ann_down_per_round"] + row["bundle_down_per_round"]
+                                                        + row["gossip_down_per_round"])
+    assert row["gossip_copies_per_delivery"] >= 1.0 and 0 < row["dht_polls_skipped_share"] < 1
+    assert simmod.simulate(small(peers=12), COSTS)["transport"] == "dht"
 
 
 def test_goals_are_read_off_the_rows():
