@@ -13,4 +13,5 @@
   host/      this machine's side: is the swarm machinery running (health), `swarm doctor`'s checks (doctor),
              process plumbing of `swarm local` (local)
   config     SwarmConfig (no hivemind import)
+  bucket     the token buckets every rate limit here uses (and node.distill.serve's budget)
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,16 +40,7 @@ from protocols.score import (
     encode_score_response,
     score_digest,
 )
-
-
-class _Bucket:
-    def __init__(self, rate: float, burst: float, now: float):
-        self.rate, self.burst, self.level, self.at = rate, burst, burst, now
-
-    def refill(self, now: float) -> float:
-        self.level = min(self.burst, self.level + (now - self.at) * self.rate)
-        self.at = now
-        return self.level
+from swarm.bucket import Buckets, TokenBucket
 
 
 class ScoreBudget:
@@ -59,18 +50,15 @@ class ScoreBudget:
                  clock: Callable[[], float] = time.monotonic):
         self.rate, self.burst, self.share, self.clock = rate, rate * burst_s, share, clock
         self.max_requesters = max_requesters
-        self._all = _Bucket(rate, self.burst, clock())
-        self._by: OrderedDict[str, _Bucket] = OrderedDict()
+        self._all = TokenBucket(rate, self.burst, clock())
+        self._by = Buckets(rate * share, self.burst * share, max_requesters)
         self._lock = threading.Lock()
 
     def take(self, requester: str, tokens: int) -> str | None:
         """Take `tokens` from both buckets; the refusal reason (nothing taken) when either lacks them."""
         with self._lock:
             now = self.clock()
-            mine = self._by.pop(requester, None) or _Bucket(self.rate * self.share, self.burst * self.share, now)
-            self._by[requester] = mine  # most recent last
-            while len(self._by) > self.max_requesters:
-                self._by.popitem(last=False)
+            mine = self._by.get(requester, now)
             if tokens > mine.refill(now):
                 return "over_share"
             if tokens > self._all.refill(now):
@@ -82,10 +70,10 @@ class ScoreBudget:
     def give_back(self, requester: str, tokens: int) -> None:
         """Return tokens taken but not used (a request that cost less than its bound)."""
         with self._lock:
-            self._all.level = min(self.burst, self._all.level + tokens)
-            mine = self._by.get(requester)
+            self._all.give_back(tokens)
+            mine = self._by.peek(requester)
             if mine is not None:
-                mine.level = min(mine.burst, mine.level + tokens)
+                mine.give_back(tokens)
 
 
 @dataclass

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.p2p import P2PContext
 from hivemind.proto import dht_pb2
+
+from swarm.bucket import Buckets
 
 log = logging.getLogger(__name__)
 RATE_PER_S = 64.0  # items (stored records, looked-up keys) one sender may have served per second
@@ -33,18 +34,13 @@ class SenderBudget:
 
     def __init__(self, rate: float = RATE_PER_S, burst: float = BURST, clock=time.monotonic):
         self.rate, self.burst, self.clock = rate, burst, clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # sender → (tokens, when)
+        self._buckets = Buckets(rate, burst, MAX_SENDERS)  # sender → its tokens
         self.refused = 0  # items refused
         self._logged = 0.0
 
     def spend(self, sender: str, items: int) -> bool:
         now = self.clock()
-        tokens, at = self._buckets.pop(sender, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        ok = tokens >= items
-        self._buckets[sender] = (tokens - items if ok else tokens, now)
-        while len(self._buckets) > MAX_SENDERS:
-            self._buckets.popitem(last=False)
+        ok = self._buckets.take(sender, items, now)
         if not ok:
             self.refused += items
             if now - self._logged > 60:

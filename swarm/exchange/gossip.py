@@ -33,6 +33,7 @@ import time
 from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
+from swarm.bucket import TokenBucket
 from swarm.exchange.gossip_guard import PUBLISH_BURST, PUBLISH_RATE_PER_S, GossipGuard
 from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
@@ -58,7 +59,7 @@ class GossipAnnouncements:
         # a signer over its allowance is banned and disconnected (swarm.exchange.gossip_guard)
         self.guard = GossipGuard(pubsub.disconnect, transport.spawn, transport.cfg.gossip_ban_s)
         # our own pace (publish): a token bucket of PUBLISH_BURST, the newest announcement past it waiting
-        self._tokens, self._paced_at = float(PUBLISH_BURST), time.monotonic()
+        self._pace = TokenBucket(PUBLISH_RATE_PER_S, PUBLISH_BURST, time.monotonic())
         self._waiting: bytes | None = None
         self._flushing = False
         self.publish_paced = 0  # announcements of ours replaced by a newer one while waiting for the pace
@@ -79,10 +80,7 @@ class GossipAnnouncements:
         PUBLISH_BURST): a node whose rounds are faster than that is never banned by an honest peer's guard. Past
         the pace, the newest announcement waits for the next token and replaces any older one still waiting
         (counted `publish_paced`); the DHT store and the pushes of each one run as usual."""
-        now = time.monotonic()
-        self._tokens = min(float(PUBLISH_BURST), self._tokens + (now - self._paced_at) * PUBLISH_RATE_PER_S)
-        self._paced_at = now
-        if self._waiting is not None or self._tokens < 1.0:
+        if self._waiting is not None or not self._pace.take(1.0, time.monotonic()):
             if self._waiting is not None:
                 self.publish_paced += 1  # the older one waiting is replaced, never sent
             self._waiting = value
@@ -90,16 +88,14 @@ class GossipAnnouncements:
                 self._flushing = True
                 self.transport.spawn(self._flush())
             return
-        self._tokens -= 1.0
         await self._send(value)
 
     async def _flush(self) -> None:
         """Send the newest waiting announcement once a token is there."""
         try:
-            await asyncio.sleep(max(0.0, 1.0 - self._tokens) / PUBLISH_RATE_PER_S)
+            while not self._pace.take(1.0, time.monotonic()):
+                await asyncio.sleep(self._pace.wait_s(1.0, time.monotonic()))
             value, self._waiting = self._waiting, None
-            self._tokens, self._paced_at = max(0.0, self._tokens + (time.monotonic() - self._paced_at)
-                                               * PUBLISH_RATE_PER_S - 1.0), time.monotonic()
             if value is not None:
                 await self._send(value)
         finally:

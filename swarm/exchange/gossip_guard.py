@@ -18,8 +18,9 @@ is the connection: p2pd's DISCONNECT control request (`Pubsub.disconnect`). The 
     bounded     while it is banned, a further message of its own triggers at most one more disconnect per
                 DISCONNECT_EVERY_S (it dialled again, or a neighbour relays it); at most MAX_BANNED signers are
                 banned at once (past that, the ban that ends first goes) and at most MAX_TRACKED buckets are
-                kept (full ones go first, then the oldest half), so the work per message is O(1) amortised and
-                the memory is bounded whatever the number of identities.
+                kept (swarm.bucket.Buckets: the least recently heard forgotten first, to start full again), so
+                the work per message is O(1) amortised and the memory is bounded whatever the number of
+                identities.
 
 Counters: `banned` (bans made), `disconnects` (disconnect requests sent), `disconnect_failures`.
 
@@ -35,6 +36,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+
+from swarm.bucket import Buckets
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class GossipGuard:
         self.disconnect_failures = 0
         self._disconnect = disconnect
         self._spawn = spawn
-        self._buckets: dict[str, tuple[float, float]] = {}  # signer → (allowance left, when)
+        self._buckets = Buckets(rate_per_s, burst, max_tracked)  # signer → its allowance
         self._bans: dict[str, list[float]] = {}  # signer → [banned until, last disconnect], earliest end first
 
     def admit(self, signer: str) -> bool:
@@ -80,11 +83,9 @@ class GossipGuard:
                 self._cut(signer, ban, now)
                 return False
             del self._bans[signer]
-        left, at = self._buckets.pop(signer, (float(self.burst), now))
-        left = min(float(self.burst), left + (now - at) * self.rate_per_s) - 1.0
-        if left >= 0:
-            self._track(signer, left, now)
+        if self._buckets.take(signer, 1.0, now):
             return True
+        self._buckets.forget(signer)  # after the ban it starts with its whole allowance
         self._ban(signer, now)
         return False
 
@@ -96,16 +97,6 @@ class GossipGuard:
         """The signers banned now."""
         now = self.clock()
         return [p for p, (until, _) in self._bans.items() if now < until]
-
-    def _track(self, signer: str, left: float, now: float) -> None:
-        self._buckets[signer] = (left, now)  # re-inserted: the dict's order is last-heard order
-        if len(self._buckets) > self.max_tracked:
-            full = [p for p, (n, t) in self._buckets.items() if n + (now - t) * self.rate_per_s >= self.burst]
-            for p in full:
-                del self._buckets[p]
-            if len(self._buckets) > self.max_tracked:
-                for p in list(self._buckets)[: len(self._buckets) // 2]:
-                    del self._buckets[p]
 
     def _ban(self, signer: str, now: float) -> None:
         for p in [p for p, (until, _) in self._bans.items() if until <= now]:

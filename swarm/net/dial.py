@@ -36,6 +36,7 @@ from hivemind.proto import p2pd_pb2 as p2pd_pb
 from hivemind.utils.multiaddr import Multiaddr
 
 from protocols.addrs import dialable_scopes, scope_of
+from swarm.bucket import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +87,12 @@ class DialPolicy:
         self.stats: Counter = Counter()  # dialled / scope / waiting / rate: addresses, by what was decided
         self._targets: OrderedDict[str, tuple[float, int, float]] = OrderedDict()  # addr → (wait until, failures, ok at)
         self._inflight: dict[str, asyncio.Future] = {}  # addr → the outcome of the connect to it in flight
-        self._tokens, self._at = BURST, clock()
+        self._new = TokenBucket(RATE_PER_S, BURST, clock())  # connects to addresses not known good
 
     def pick(self, addrs: Sequence[str]) -> tuple[list[str], list[asyncio.Future]]:
         """(the addresses of `addrs` to connect to now — maybe none: libp2p's routing is then the way —, the
         connects to others of them already in flight, to wait for instead of dialling them again)."""
         now = self.clock()
-        self._tokens = min(BURST, self._tokens + (now - self._at) * RATE_PER_S)
-        self._at = now
         out, joined = [], []
         for addr in addrs:
             until, failures, ok_at = self._targets.get(addr, (0.0, 0, -math.inf))
@@ -104,10 +103,9 @@ class DialPolicy:
                 joined.append(self._inflight[addr])
             elif now < until:
                 self.stats["waiting"] += 1
-            elif now - ok_at > KNOWN_S and self._tokens < 1:
+            elif now - ok_at > KNOWN_S and not self._new.take(1.0, now):
                 self.stats["rate"] += 1
             else:
-                self._tokens -= now - ok_at > KNOWN_S
                 self.stats["dialled"] += 1
                 out.append(addr)
                 try:
