@@ -112,6 +112,13 @@ class SwarmConfig(BaseModel):
                                     "announcement arrived by it within this many poll intervals, and a peer seen "
                                     "only by polling keeps every interval reading for as long; after that the DHT "
                                     "is read every interval again")
+    gossip_fetch_spread_s: float = Field(1.0, ge=0, le=30, description="in a swarm where gossip delivers from "
+                                         "more than 16 peers (a publisher admits 16 bundle streams at once from "
+                                         "peers not in good standing), the fan-in choice after a gossiped "
+                                         "announcement waits a random 0 to this many seconds per 16 peers beyond "
+                                         "16 (at most 3 times this), so that the receivers gossip reaches within "
+                                         "milliseconds of each other do not all fetch from the publisher at once; "
+                                         "with 16 peers or fewer, and with 0, the choice runs at once")
     gossip_ban_s: float = Field(300.0, ge=0, le=86400, description="a peer that gossips more than its allowance "
                                 "(20 messages at once, refilled at 1 a second) is banned this long: its gossiped "
                                 "messages are dropped unread (drop reason banned) and our p2pd disconnects it, "

@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="how announcements travel: dht (swarm.gossip off) and/or gossip (on); each N runs each")
     ap.add_argument("--gossip-poll-every", type=int, default=None,
                     help="swarm.gossip_poll_every of the gossip peers (default: the config's)")
+    ap.add_argument("--gossip-fetch-spread", type=float, nargs="*", default=[None],
+                    help="swarm.gossip_fetch_spread_s values of the gossip peers, one gossip row each (default: the "
+                         "config's)")
     ap.add_argument("--out", default="capacity")
     args = ap.parse_args(argv)
 
@@ -63,10 +66,14 @@ def main(argv: list[str] | None = None) -> None:
 
     dht_probe.install()  # the bootstrap's DHT counts what it serves too
     rows = []
-    for n, beam, transport in ((n, b, t) for n in args.peers for b in args.beam for t in args.transport):
-        print(f"{n} peers in {-(-n // args.per_process)} processes, read beam {beam or 'default'}, {transport}, "
-              f"{args.rounds} rounds × {args.period:g} s …", flush=True)
-        rows.append(run_one(n, beam, transport == "gossip", args))
+    levels = [(n, b, t, spread) for n in args.peers for b in args.beam for t in args.transport
+              for spread in (args.gossip_fetch_spread if t == "gossip" else [None])]
+    for n, beam, transport, spread in levels:
+        print(f"{n} peers in {-(-n // args.per_process)} processes, read beam {beam or 'default'}, {transport}"
+              f"{'' if spread is None else f' (fetch spread {spread:g} s)'}, {args.rounds} rounds × {args.period:g} s …",
+              flush=True)
+        rows.append(run_one(n, beam, transport == "gossip", args,
+                            None if spread is None else {"gossip_fetch_spread_s": spread}))
     print(table(rows, ["peers", "transport", "dht_read_beam", "processes", "delivery", "fetched_pairs", "failed",
                        "kb_per_round", "pair_p50_s", "pair_p95_s", "cpu_cores_per_peer", "bootstrap_cpu_cores",
                        "load_avg_1m"]))
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {write_json(args.out, {'args': vars(args), 'rows': rows, 'growth_exponents': fits}, RESULTS)}")
 
 
-def run_one(n: int, beam: int, gossip: bool, args) -> dict:
+def run_one(n: int, beam: int, gossip: bool, args, swarm_set: dict | None = None) -> dict:
     """One level on a bootstrap of its own (relaying the level's gossip topic when `gossip`)."""
     from bench.harness import dht_probe
     from bench.harness.peers import cpu_seconds
@@ -96,7 +103,7 @@ def run_one(n: int, beam: int, gossip: bool, args) -> dict:
         level = run_level(n, per_process=args.per_process, rounds=args.rounds, period=args.period,
                           budget=args.budget, notify=8, maddr=maddrs[0], beam=beam,
                           poll_interval=args.poll_interval, gossip=gossip, swarm_id=swarm_id,
-                          gossip_poll_every=args.gossip_poll_every)
+                          gossip_poll_every=args.gossip_poll_every, swarm_set=swarm_set)
         after = dht_probe.served(dht)  # over the level's whole life (start-up included)
         wall = after["t"] - before["t"]
         level["bootstrap_finds_per_s"] = (after["find_requests"] - before["find_requests"]) / wall

@@ -64,6 +64,8 @@ def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Ra
         log["rounds"].append([t.peer_id, r, got.bytes, len(got.records), got.skipped])
         for reason, n in got.drops.items():
             log["drops"][reason] = log["drops"].get(reason, 0) + n
+        for what, n in got.refused.items():  # streams this peer refused, bundles declined, dials not made
+            log.setdefault("refused", {})[what] = log.get("refused", {}).get(what, 0) + n
 
 
 def worker(args) -> None:
@@ -77,7 +79,8 @@ def worker(args) -> None:
                       dht_read_beam=args.beam or 0, poll_interval_s=args.poll_interval or 0.5,
                       gossip=bool(args.gossip),
                       **({"host_maddrs": [f"/ip4/{args.host_addr}/tcp/0"]} if args.host_addr else {}),
-                      **({"gossip_poll_every": args.gossip_poll_every} if args.gossip_poll_every else {}))
+                      **({"gossip_poll_every": args.gossip_poll_every} if args.gossip_poll_every else {}),
+                      **json.loads(args.swarm_set or "{}"))
     log = {"publishes": [], "arrivals": [], "rounds": [], "drops": {}, "reads": [], "served": []}
     started = time.monotonic()
     peers = []
@@ -152,8 +155,8 @@ def pct(xs: list[float], q: float) -> float | None:
 def run_level(total: int, *, per_process: int, rounds: int, period: float, budget: int, notify: int,
               maddr: str, beam: int = 0, poll_interval: float = 0.5, gossip: bool = False,
               swarm_id: str | None = None, gossip_poll_every: int | None = None,
-              places: list[tuple[list[str], str]] | None = None) -> dict:
-    """With `places`, worker i runs as `places[i][0] + [python, …]` (e.g. `ip netns exec <host>`) and its peers
+              places: list[tuple[list[str], str]] | None = None, swarm_set: dict | None = None) -> dict:
+    """`swarm_set`: SwarmConfig fields every peer gets on top (a row names them). With `places`, worker i runs as `places[i][0] + [python, …]` (e.g. `ip netns exec <host>`) and its peers
     listen on `places[i][1]` (one entry per worker; otherwise each listens on loopback)."""
     procs, outs = [], []
     tmp = tempfile.mkdtemp(prefix="gossip-")
@@ -169,11 +172,13 @@ def run_level(total: int, *, per_process: int, rounds: int, period: float, budge
              "--swarm-id", swarm_id, "--out", outs[-1], "--beam", str(beam),
              "--poll-interval", str(poll_interval), *(["--gossip", "1"] if gossip else []),
              *(["--gossip-poll-every", str(gossip_poll_every)] if gossip and gossip_poll_every else []),
-             *(["--host-addr", addr] if addr else [])],
+             *(["--host-addr", addr] if addr else []),
+             *(["--swarm-set", json.dumps(swarm_set)] if swarm_set else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     level = {"peers": total, "processes": n_proc, "budget": budget, "notify": notify, "period_s": period,
              "dht_read_beam": beam, "poll_interval_s": poll_interval, "transport": "gossip" if gossip else "dht",
-             **({"gossip_poll_every": gossip_poll_every or _default("gossip_poll_every")} if gossip else {})}
+             **({"gossip_poll_every": gossip_poll_every or _default("gossip_poll_every")} if gossip else {}),
+             **({"swarm_set": swarm_set} if swarm_set else {})}
     load = []
     try:
         ready = [json.loads(p.stdout.readline() or "null") for p in procs]
@@ -208,6 +213,7 @@ def summarise(logs: list[dict]) -> dict:
         "fetched_pairs": len(lat),
         "skipped": sum(s for *_, s in rounds),
         "drop_reasons": dict(sum((Counter(log["drops"]) for log in logs), Counter())),
+        "refused": dict(sum((Counter(log.get("refused", {})) for log in logs), Counter())),
         **dht_costs(logs),
         **cpu_and_gossip(logs),
     }
@@ -253,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--initial-peer")
     ap.add_argument("--host-addr", help="the address the peers listen on (/ip4/<it>/tcp/0; default loopback)")
     ap.add_argument("--swarm-id")
+    ap.add_argument("--swarm-set", help="SwarmConfig fields as a JSON object, on top of the others")
     ap.add_argument("--out")
     worker(ap.parse_args(argv))
 

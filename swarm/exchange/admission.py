@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 MAX_BUNDLES_PER_REQUESTER = 256  # bundles remembered per requester (the oldest forgotten first)
+TOTAL_STREAMS = 32  # streams of one handler at once, in all (half of them for peers not in good standing)
 
 
 class Admission:
@@ -132,7 +133,8 @@ class DownloadSlots:
 class StreamGuards:
     """The admission of each stream handler of one transport, and its book of bundles served."""
 
-    def __init__(self, is_good: Callable[[str], bool], *, max_age_s: float, per_peer: int = 2, total: int = 32):
+    def __init__(self, is_good: Callable[[str], bool], *, max_age_s: float, per_peer: int = 2,
+                 total: int = TOTAL_STREAMS):
         self.is_good, self.per_peer, self.total = is_good, per_peer, total
         self.served = ServedBook(max_age_s=max_age_s)
         self.admissions: dict[str, Admission] = {}  # handler name → its admission

@@ -5,7 +5,8 @@ swarm.net.pubsub) and this piece, on the transport's loop:
   - subscribes to the swarm's announcement topic, one per swarm and protocol version
     (protocols.keys.announce_topic), and offers every message to the Inbox exactly as a pushed
     announcement (`Inbox.offer(value, sender, now=...)`: signer binding, size, age, caps and quotas;
-    swarm.exchange.receive), then runs the fan-in choice, never a DHT read. The signer is the sender
+    swarm.exchange.receive), then runs the fan-in choice, never a DHT read (in a swarm of more than 16
+    gossiping peers after a random wait that grows with them, `swarm.gossip_fetch_spread_s`: _choose_soon). The signer is the sender
     whose pubsub signature our own daemon verified: its libp2p key, which is its announcement key
     (swarm.net.identity). Our own messages, which the daemon delivers to us too, are skipped;
   - publishes each new announcement of ours on the topic once, when its first DHT store starts
@@ -27,18 +28,23 @@ once and reports it in every take (`GossipReport`: the metrics line's `announce_
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import random
 import time
 
 from protocols.codec import RecordError
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
 from swarm.bucket import TokenBucket
+from swarm.exchange.admission import TOTAL_STREAMS
 from swarm.exchange.gossip_guard import PUBLISH_BURST, PUBLISH_RATE_PER_S, GossipGuard
 from swarm.exchange.receive import vet_announcement
 from swarm.net.pubsub import Pubsub, PubsubError, Subscription
 
 log = logging.getLogger(__name__)
+STRANGER_STREAMS = TOTAL_STREAMS // 2  # bundle streams a publisher admits at once from peers not in its good standing
+SPREAD_MAX = 3.0  # the fetch spread is at most this many times swarm.gossip_fetch_spread_s
 
 
 class GossipAnnouncements:
@@ -63,6 +69,8 @@ class GossipAnnouncements:
         self._waiting: bytes | None = None
         self._flushing = False
         self.publish_paced = 0  # announcements of ours replaced by a newer one while waiting for the pace
+        self._choosing = False  # a fan-in choice is waiting out its spread (_choose_soon)
+        self._peers_n, self._peers_at = 0, float("-inf")  # _peers(), and when it was counted
 
     banned = property(lambda self: self.guard.banned)
     disconnects = property(lambda self: self.guard.disconnects)
@@ -113,6 +121,36 @@ class GossipAnnouncements:
         """The peers our daemon knows subscribe to the topic."""
         return await self.pubsub.peers(self.topic)
 
+    def _choose_soon(self) -> None:
+        """Run the fan-in choice at once in a swarm of up to STRANGER_STREAMS gossiping peers; in a larger one after
+        a random 0 to `gossip_fetch_spread_s` × (peers / STRANGER_STREAMS − 1) seconds (at most SPREAD_MAX times the
+        setting; one timer at a time: what arrives meanwhile is chosen from with it). Gossip reaches every receiver
+        within milliseconds, and a publisher admits STRANGER_STREAMS bundle streams at once from peers not in its
+        good standing: without the wait, the receivers past that are refused and count the publisher failed."""
+        spread = self.transport.cfg.gossip_fetch_spread_s * min(SPREAD_MAX, self._peers() / STRANGER_STREAMS - 1)
+        if spread <= 0:
+            self.transport._fetch_chosen()
+        elif not self._choosing:
+            self._choosing = True
+            self.transport.spawn(self._choose_after(random.uniform(0.0, spread)))
+
+    def _peers(self) -> int:
+        """Peers gossip delivered a valid announcement from within the quiet window (counted at most once a second)."""
+        now = time.monotonic()
+        if now - self._peers_at >= 1.0:
+            gate = self.transport.poll_gate
+            self._peers_n = sum(1 for _ in itertools.takewhile(lambda t: now - t <= gate.quiet_s,
+                                                               reversed(gate.gossiped.values())))
+            self._peers_at = now
+        return self._peers_n
+
+    async def _choose_after(self, delay_s: float) -> None:
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            self._choosing = False
+        self.transport._fetch_chosen()
+
     def _delivered(self, sender: str) -> None:
         """A valid announcement of `sender` arrived by gossip: gossip delivers, and from that peer (PollGate)."""
         self.last_valid = time.monotonic()
@@ -133,7 +171,7 @@ class GossipAnnouncements:
                 if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
                     self._delivered(msg.sender)
-                    self.transport._fetch_chosen()  # the fan-in choice, as for a pushed announcement
+                    self._choose_soon()  # the fan-in choice, as for a pushed announcement, a moment later
                 elif _valid(msg.data, msg.sender or None, inbox.limits, now):
                     self._delivered(msg.sender)
         log.info("the gossip subscription to %s ended", self.topic)

@@ -5,11 +5,13 @@ GossipAnnouncements: a banned signer's messages never reach the Inbox and are co
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 from swarm.config import SwarmConfig
 from swarm.exchange.gossip import GossipAnnouncements
 from swarm.exchange.gossip_guard import BURST, GossipGuard
+from swarm.exchange.poller import PollGate
 
 
 class Clock:
@@ -139,3 +141,33 @@ def test_our_own_gossip_is_paced_to_half_the_allowance_and_the_newest_waiting_on
         if k < PUBLISH_BURST or k % round(1 / (0.1 * PUBLISH_RATE_PER_S)) == 0:
             admitted.append(guard.admit("fast"))
     assert all(admitted) and guard.banned == 0
+
+
+def test_a_gossiped_announcement_is_chosen_from_after_a_random_spread_in_a_large_swarm_only():
+    """`gossip_fetch_spread_s`: with gossip delivering from more than 16 peers, the fan-in choice after a gossiped
+    announcement waits a random 0 to spread × (peers / 16 − 1) s, one timer for all that arrive meanwhile; with
+    16 peers or fewer (a publisher admits that many strangers' streams at once), or a spread of 0, at once."""
+    chosen: list[float] = []
+
+    async def run(spread: float, peers: int) -> float:
+        loop = asyncio.get_running_loop()
+        gate = PollGate(every=60, quiet_polls=60, interval_s=0.5)
+        for i in range(peers):
+            gate.saw_gossip(f"p{i}", time.monotonic())
+        transport = SimpleNamespace(peer_id="me", cfg=SwarmConfig(gossip=True, gossip_fetch_spread_s=spread),
+                                    spawn=lambda coro: loop.create_task(coro), poll_gate=gate,
+                                    _fetch_chosen=lambda: chosen.append(loop.time()))
+        gossip = GossipAnnouncements(transport, SimpleNamespace(disconnect=None), "topic")
+        t0 = loop.time()
+        for _ in range(5):
+            gossip._choose_soon()
+        await asyncio.sleep(spread * max(0.0, peers / 16 - 1) + 0.2)
+        return t0
+
+    for spread, peers in ((0.0, 64), (0.5, 3), (0.5, 16)):  # at once
+        chosen.clear()
+        t0 = asyncio.run(run(spread, peers))
+        assert len(chosen) == 5 and all(t - t0 < 0.05 for t in chosen), (spread, peers)
+    chosen.clear()
+    t0 = asyncio.run(run(0.25, 48))  # 48 peers: up to 0.25 × (3 − 1) = 0.5 s, one choice for the five
+    assert len(chosen) == 1 and 0.0 <= chosen[0] - t0 <= 0.6
