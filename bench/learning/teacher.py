@@ -111,6 +111,21 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                Also reported: the student's KL to the teacher on its scored tokens in the first
                                and last 5 rounds, student tokens scored and teacher tokens computed per student
                                token generated
+  (the requester split, fixed before its runs: the teacher scores its tokenization of each student token alone,
+   concatenated, and its own EOS where the student's completion ended — `distill.score_split: requester`,
+   node/distill/score.py — so that on the byte path it scores the events the student sampled, where `canonical`
+   scored its own tokenization of the whole text; 8 seeds each)
+     (i) the byte path itself, one tokenizer: `--pairings same --arms D OPD --set distill.send_ids=false`, once
+         with `--name teacher_opd_bytes` (canonical) and once with `--set distill.score_split=requester --name
+         teacher_opd_bytes_split`; paired by seed with `--paired` against teacher_opd's OPD (token ids):
+                               the canonical byte path is what harms if OPD[bytes] − OPD[ids] < 0 with an
+                               interval that excludes 0; the split repairs it if OPD[bytes split] − OPD[bytes] > 0
+                               with an interval that excludes 0 (OPD[bytes split] − OPD[ids] reported beside)
+     (ii) across tokenizers: `--pairings spell2wide --arms D OPD OPD0 --set distill.score_split=requester --name
+         teacher_opd_split`:
+                               OPD − D > 0 with an interval that excludes 0: the teacher teaches across
+                               tokenizers; OPD − OPD0 and the KL first → last reported beside it, and OPD paired
+                               against teacher_opd_chunks's OPD (canonical, the same chunk gaps)
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -284,6 +299,25 @@ def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list
     return rows, diffs
 
 
+def paired_with(runs: list[dict], arm: str, other: str, measure: str = "gain") -> list[dict]:
+    """ARM of `runs` − the arm named in `other` ("NAME:ARM") of bench/results/learning/NAME.jsonl, per pairing,
+    paired by seed (same rounds)."""
+    name, _, other_arm = other.partition(":")
+    theirs = {(r["pairing"], r["seed"], r["rounds"]): r for r in load_jsonl(RESULTS / f"{name}.jsonl")
+              if r["arm"] == (other_arm or arm) and measure in r}
+    out = []
+    for pairing in dict.fromkeys(r["pairing"] for r in runs):
+        pairs = sorted((r["seed"], r[measure] - theirs[(pairing, r["seed"], r["rounds"])][measure]) for r in runs
+                       if r["pairing"] == pairing and r["arm"] == arm and measure in r
+                       and (pairing, r["seed"], r["rounds"]) in theirs)
+        if len(pairs) >= 2:
+            m, h = interval([d for _, d in pairs])
+            out.append({"pairing": pairing, "diff": f"{arm} - {name}:{other_arm or arm}", "seeds": len(pairs),
+                        "mean": m, "ci": h, "positive": sum(d > 0 for _, d in pairs),
+                        "per_seed": " ".join(f"{d:+.3f}" for _, d in pairs)})
+    return out
+
+
 def verdicts(diffs: list[dict]) -> list[str]:
     out = []
     for d in diffs:
@@ -324,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="what the tables compare: held-out exact match (gain) or mean verifier score (score_gain: "
                     "SmolLM2 under partial credit, whose exact match stays 0)")
     ap.add_argument("--report", action="store_true", help="only summarise bench/results/learning/<name>.jsonl")
+    ap.add_argument("--paired", nargs=2, action="append", default=[], metavar=("ARM", "OTHER:ARM"),
+                    help="also pair ARM of these runs with ARM of the runs in bench/results/learning/OTHER.jsonl "
+                    "(same pairing, seed and rounds), e.g. --paired OPD teacher_opd:OPD")
     ap.add_argument("--name", default="teacher", help="results: bench/results/learning/<name>.jsonl and <name>.json; a new "
                     "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
     args = ap.parse_args(argv)
@@ -355,7 +392,11 @@ def main(argv: list[str] | None = None) -> None:
     print(table(diffs, list(diffs[0])) if diffs else "")
     for line in verdicts(diffs):
         print(line)
-    path = write_json(args.name, {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs)}, RESULTS)
+    across = [d for arm, other in args.paired for d in paired_with(runs, arm, other, args.measure)]
+    if across:
+        print(table(across, list(across[0])))
+    path = write_json(args.name, {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs),
+                                  "paired": across}, RESULTS)
     print(f"wrote {path}")
 
 

@@ -5,6 +5,8 @@ Torch-free, so that validating a node's YAML imports neither torch nor the round
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -24,7 +26,14 @@ class DistillConfig(BaseModel):
     coef_rounds: int = Field(0, ge=0, le=10_000_000, description="Rounds over which λ moves from coef to coef_end.")
     wait_s: float = Field(10.0, gt=0, le=600.0, description="The most a round waits for its teacher's answer; a "
                           "later answer is dropped (`late`) and the round trains on the reward alone.")
+    send_ids: bool = Field(True, description="Send our token ids to a teacher of our tokenizer (its scores are then "
+                           "of exactly our tokens); false: always the byte path, as to a teacher of another tokenizer "
+                           "(a diagnostic: docs/BENCHMARKS.md §12E).")
     serve: bool = Field(False, description="Answer peers' score requests with this node's model (a teacher).")
+    score_split: Literal["canonical", "requester"] = Field(
+        "canonical", description="On the byte path (a requester of another tokenizer), which of our tokenizations of "
+        "its text we score: `canonical`, ours of the whole text; `requester`, ours of each of its tokens alone, "
+        "concatenated, so every token boundary of the requester is one of ours (docs/ARCHITECTURE.md §13).")
     serve_tokens_per_s: float = Field(4000.0, gt=0, le=1e9, description="What serving may compute: tokens fed to "
                                       "the model per second, on average (a token bucket).")
     serve_burst_s: float = Field(10.0, gt=0, le=3600.0, description="The bucket holds this many seconds of "

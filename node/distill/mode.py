@@ -67,7 +67,7 @@ def build_distill(node) -> Distill | None:
     if cfg.serve:
         service = ScoreService(Teacher(node.model, node.tokenizer, node.fingerprint, node.policy.lock), swarm_id,
                                ScoreBudget(cfg.serve_tokens_per_s, cfg.serve_burst_s, cfg.serve_share), caps=caps,
-                               max_tokens=cfg.serve_max_tokens)
+                               max_tokens=cfg.serve_max_tokens, split=cfg.score_split)
         link.serve(service.answer)
     if cfg.student:
         student = Student(cfg, link, swarm_id=swarm_id, tokenizer=node.tokenizer, fingerprint=node.fingerprint,

@@ -79,17 +79,34 @@ def pieces_of_token_bytes(text: str, token_bytes: Sequence[int]) -> list[str] | 
 
 def score_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
                         pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
-                        max_tokens: int, temperature: float = 1.0) -> list[list[float] | None]:
+                        max_tokens: int, temperature: float = 1.0, split: str = "canonical") -> list[list[float] | None]:
     """log π_teacher of each requester token of each completion (module docstring), or None for a
     completion the two tokenizations cannot align. Raises ScoreRefused before any forward pass."""
     return [values for values, _ in score_chunks_for_requester(
         model, tokenizer, prompt, texts, pieces, same_tokenizer=same_tokenizer, max_tokens=max_tokens,
-        temperature=temperature)]
+        temperature=temperature, split=split)]
+
+
+def teacher_ids(tokenizer, texts: Sequence[str], pieces: Sequence[Sequence[str]], split: str) -> list[list[int]]:
+    """The teacher's tokens of each completion text on the byte path: its own tokenization of the whole text
+    (`canonical`), or of each requester piece alone, concatenated, and its own end-of-sequence token when the
+    requester's last piece produced no text (an EOS of the requester's: the completion ended there), so that the
+    teacher scores the events the requester sampled (`requester`: every requester boundary is one of ours)."""
+    if split == "canonical":
+        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    out = []
+    for p in pieces:
+        nonempty = [x for x in p if x]
+        ids = tokenizer(nonempty, add_special_tokens=False)["input_ids"] if nonempty else []
+        out.append([t for piece_ids in ids for t in piece_ids])
+        if p and not p[-1] and tokenizer.eos_token_id is not None and out[-1]:
+            out[-1].append(tokenizer.eos_token_id)
+    return out
 
 
 def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
                                pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
-                               max_tokens: int, temperature: float = 1.0
+                               max_tokens: int, temperature: float = 1.0, split: str = "canonical"
                                ) -> list[tuple[list[float] | None, list[int] | None]]:
     """score_for_requester's values with, per completion, the requester tokens in each chunk (in order; Σ = its
     tokens), or None for one token per chunk (the same tokenizer) or a completion not aligned."""
@@ -108,8 +125,8 @@ def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, t
     if same_tokenizer:
         own = [_checked_ids(p, model) for p in pieces]
     else:
-        own = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        ends = [list(accumulate(piece_bytes(t, p))) for t, p in zip(texts, pieces)]
+        ends = [list(accumulate(piece_bytes(t, p))) for t, p in zip(texts, pieces)]  # checks the pieces first
+        own = teacher_ids(tokenizer, texts, pieces, split)
     cost = sum(len(prompt_ids) + len(ids) for ids in own)
     if cost > max_tokens:
         raise ScoreRefused("over_budget", f"{cost} tokens to score over the budget of {max_tokens}")

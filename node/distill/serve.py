@@ -31,6 +31,7 @@ from node.distill.score import (
     ScoreRefused,
     pieces_of_token_bytes,
     score_chunks_for_requester,
+    teacher_ids,
 )
 from protocols.codec import RecordError
 from protocols.score import (
@@ -90,8 +91,9 @@ class ScoreService:
     """Answers score requests (module docstring)."""
 
     def __init__(self, teacher: Teacher, swarm_id: str, budget: ScoreBudget, *, caps: ScoreCaps,
-                 max_tokens: int, logprob_dtype: str = "f32"):
+                 max_tokens: int, logprob_dtype: str = "f32", split: str = "canonical"):
         self.teacher, self.swarm_id, self.budget, self.caps = teacher, swarm_id, budget, caps
+        self.split = split  # which of our tokenizations of a byte-path text we score (node.distill.score.teacher_ids)
         self.max_tokens, self.logprob_dtype = max_tokens, logprob_dtype
         self.counts: Counter = Counter()  # status → requests answered so
         self.tokens_served = 0  # requester tokens given a log-probability
@@ -138,7 +140,8 @@ class ScoreService:
             texts = [c.text for c in req.completions]
             with self.teacher.lock:
                 scores = score_chunks_for_requester(self.teacher.model, self.teacher.tokenizer, req.prompt, texts, pieces,
-                                             same_tokenizer=with_ids, max_tokens=bound, temperature=req.temperature)
+                                             same_tokenizer=with_ids, max_tokens=bound, temperature=req.temperature,
+                                             split=self.split)
             spent = min(bound, self._cost(req.prompt, texts, pieces, with_ids))
         except ScoreRefused as exc:
             return exc.reason, b""
@@ -156,5 +159,5 @@ class ScoreService:
         """What the scoring fed the model: per completion, the prompt and its tokens in our tokenization."""
         tok = self.teacher.tokenizer
         n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
-        own = [len(p) for p in pieces] if with_ids else [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        own = [len(p) for p in pieces] if with_ids else [len(ids) for ids in teacher_ids(tok, texts, pieces, self.split)]
         return sum(n_prompt + n for n in own)

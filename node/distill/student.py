@@ -97,7 +97,7 @@ class Student:
         if asked.teacher is None:
             asked.drops["no_teacher"] += len(groups)
             return asked
-        ids = asked.teacher not in self.bytes_only
+        ids = self.cfg.send_ids and asked.teacher not in self.bytes_only
         for group, prompt in zip(groups, prompts):
             try:
                 req = self._request(group, prompt, ids)

@@ -83,6 +83,25 @@ def test_across_tokenizers_each_chunk_sums_to_the_teachers_chunk_logprob(tiny_qw
     assert multi_token_chunks > 0  # the two tokenizations really differ somewhere
 
 
+def test_the_requester_split_scores_a_non_canonical_split_as_the_id_path_does(tiny_qwen):
+    """One tokenizer, a sampled split that is not the tokenizer's own (one token per character): on the byte path
+    `requester` scores exactly the requester's tokens, as the id path does; `canonical` scores another event (the
+    whole text tokenized as the teacher would), so its values differ."""
+    tok = tiny_qwen.tokenizer
+    text = "<answer>tenalp</answer>"
+    ids = [tok(ch, add_special_tokens=False)["input_ids"][0] for ch in text]
+    assert len(ids) == len(text) > len(tok(text, add_special_tokens=False)["input_ids"])  # really non-canonical
+    assert tok.decode(ids) == text
+    pieces = pieces_of_token_bytes(text, sender_token_bytes(tok, text, ids))
+    [by_id] = score_for_requester(tiny_qwen.model, tok, PROMPT, [text], [ids], same_tokenizer=True, max_tokens=4096)
+    [split] = score_for_requester(tiny_qwen.model, tok, PROMPT, [text], [pieces], same_tokenizer=False,
+                                  max_tokens=4096, split="requester")
+    [canon] = score_for_requester(tiny_qwen.model, tok, PROMPT, [text], [pieces], same_tokenizer=False,
+                                  max_tokens=4096, split="canonical")
+    assert np.allclose(split, by_id, atol=1e-4, rtol=0)
+    assert len(canon) == len(ids) and not np.allclose(canon, by_id, atol=1e-2)
+
+
 def test_an_unalignable_completion_gets_no_scores(tiny_qwen):
     got = score_for_requester(tiny_qwen.model, tiny_qwen.tokenizer, PROMPT, ["", "ab"], [[""], ["a", "b"]],
                               same_tokenizer=False, max_tokens=4096)

@@ -7,6 +7,7 @@ import concurrent.futures
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from node.distill.config import DistillConfig
@@ -263,3 +264,29 @@ def test_a_response_carries_the_chunks_and_rejects_lengths_that_do_not_add_up(ti
     with pytest.raises(RecordError) as exc:
         decode_score_response(forged, req, score_digest(data))
     assert exc.value.reason == "length_mismatch"
+
+
+def test_send_ids_off_takes_the_byte_path_and_the_requester_split_gives_the_id_paths_scores(tiny_qwen, served):
+    """`distill.send_ids: false` sends token bytes to a teacher of our own tokenizer; a teacher serving with
+    `score_split: requester` then answers what the id path answers (each of our tokens, as sampled, and the end):
+    the same log-probability for every chunk — one token, or a token with the EOS after it, which produces no
+    text and shares its chunk."""
+    service, _ = served
+    split = ScoreService(service.teacher, SWARM, ScoreBudget(1e6, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096,
+                         split="requester")
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(service.answer)
+    _link(hub, "teacher2").serve(split.answer)
+    by_id, by_bytes = _group(tiny_qwen.tokenizer), _group(tiny_qwen.tokenizer)
+    student = _student(tiny_qwen, _link(hub, "student"))
+    assert student.collect(student.ask(0, [by_id], [PROMPT]))["distill_answers"] == 1
+    bytes_student = Student(DistillConfig(teachers=["teacher2"], send_ids=False), _link(hub, "student2"),
+                            swarm_id=SWARM, tokenizer=tiny_qwen.tokenizer, fingerprint=tiny_qwen.fingerprint,
+                            vocab_size=tiny_qwen.vocab_size, temperature=1.0, caps=ScoreCaps())
+    asked = bytes_student.ask(0, [by_bytes], [PROMPT])
+    assert all(p.request.tokenizer is None for p in asked.pending)  # no ids travelled
+    assert bytes_student.collect(asked)["distill_answers"] == 1
+    for a, b, chunks in zip(by_id.teacher_logps, by_bytes.teacher_logps, by_bytes.teacher_chunks):
+        ends = np.cumsum(chunks)
+        assert chunks[-1] == 2 and all(n == 1 for n in chunks[:-1])  # these texts: one token a chunk, and the EOS
+        assert np.allclose(np.add.reduceat(a, ends - chunks), np.add.reduceat(b, ends - chunks), atol=1e-4)
