@@ -126,6 +126,13 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
                                OPD − D > 0 with an interval that excludes 0: the teacher teaches across
                                tokenizers; OPD − OPD0 and the KL first → last reported beside it, and OPD paired
                                against teacher_opd_chunks's OPD (canonical, the same chunk gaps)
+     (iii) after (i) and (ii): the student's EOS had joined the chunk of its last text token, so the teacher's
+         EOS log-probability (≈ −7 after "</answer>": the 200-round teacher rambles on) was charged to that
+         token too; now both EOS are a chunk of their own, and one tokenizer on the byte path gives exactly the
+         id path's values (96 sampled completions checked). Rerun, fixed before the runs, `--name
+         teacher_opd_bytes_split2` (as (i)) and `--name teacher_opd_split2` (as (ii)):
+                               same: OPD[bytes split] − OPD[ids] within ±0.01 (the byte path then carries no
+                               harm of its own); spell2wide: OPD − D > 0 with an interval that excludes 0
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.

@@ -134,11 +134,19 @@ def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, t
     if same_tokenizer:
         return [(s, None) for s in scores]
     out: list[tuple[list[float] | None, list[int] | None]] = []
-    for text, recv_ends, ids, lps in zip(texts, ends, own, scores):
+    for text, p, recv_ends, ids, lps in zip(texts, pieces, ends, own, scores):
+        ended = split == "requester" and bool(p) and not p[-1] and bool(ids) and tokenizer.eos_token_id is not None
+        if ended:  # both ends: the requester's EOS against ours, a chunk of its own (teacher_ids appended ours)
+            recv_ends, ids, eos_lp, lps = recv_ends[:-1], ids[:-1], (lps[-1] if lps else None), (lps[:-1] if lps else lps)
         send_bytes = sender_token_bytes(tokenizer, text, ids) if ids else None
         alignment = chunk_alignment(recv_ends, send_bytes, tuple(lps)) if send_bytes and lps is not None else None
         lengths = _lengths(alignment[0], len(alignment[1])) if alignment is not None else None
-        out.append((None, None) if lengths is None else (_spread(*alignment), lengths))
+        if lengths is None:
+            out.append((None, None))
+        elif ended:
+            out.append(([*_spread(*alignment), eos_lp], [*lengths, 1]))
+        else:
+            out.append((_spread(*alignment), lengths))
     return out
 
 
