@@ -133,6 +133,14 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
          teacher_opd_bytes_split2` (as (i)) and `--name teacher_opd_split2` (as (ii)):
                                same: OPD[bytes split] − OPD[ids] within ±0.01 (the byte path then carries no
                                harm of its own); spell2wide: OPD − D > 0 with an interval that excludes 0
+  (a teacher that ends, fixed before its runs: the 200-round teacher rambles after "</answer>" up to
+   max_new_tokens — log π_T(EOS) there ≈ −7, about 6 of the ≈ 15.6 nats of a completion's reverse KL to it on
+   the untrained student's samples — so the id path teaches the student to ramble on as much as to answer. A
+   teacher trained the same 200 rounds with `train.mask_truncated: true` (DAPO's overlong filtering: completions
+   that hit max_new_tokens leave the loss, so only those that end are reinforced): `--teacher-set
+   train.mask_truncated=true --pairings same --arms D OPD OPD0 --name teacher_opd_ends`, 8 seeds)
+                               OPD − D > 0 with an interval that excludes 0 (a teacher that ends teaches), and
+                               OPD − OPD0 > 0 likewise; the teacher's held-out accuracy reported beside them
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
@@ -187,13 +195,15 @@ TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval
         "loss": {"name": "f-tis"}}
 
 
-def teacher_dir(spec: str, rounds: int) -> Path:
-    """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds (built on first use)."""
+def teacher_dir(spec: str, rounds: int, over: dict | None = None) -> Path:
+    """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds, with `over` on top of its config
+    (built on first use; a teacher trained with overrides has a folder of its own)."""
     from node.models.load import default_cache_dir
 
     if spec == SMOL:  # as built (pretrained): 200 rounds of SmolLM2 would take ≈ 2 hours here
         return SMOL
-    root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}"
+    tag = "".join(f"-{k}={v}" for k, v in sorted((over or {}).items()))
+    root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}{tag}"
     done = root / "model"
     if (done / "config.json").is_file():
         return done
@@ -204,7 +214,7 @@ def teacher_dir(spec: str, rounds: int) -> Path:
 
     print(f"training the teacher {spec} for {rounds} rounds (once) ...", flush=True)
     cfg = load_config(CONFIG, {"model.spec": spec, "rounds": rounds, "torch_threads": 1, "eval.every": 0,
-                               "checkpoint.every": rounds, "metrics.console": False})
+                               "checkpoint.every": rounds, "metrics.console": False, **(over or {})})
     work = root.with_name(root.name + ".work")
     node = Node(cfg, str(work))
     try:
@@ -361,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an override for every node of every run, e.g. tasks.reward=partial (SmolLM2's measurable "
                     "regime); runs with other overrides must go to another --name")
+    ap.add_argument("--teacher-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override of the teacher's own training run (it gets a cache folder of its own), e.g. "
+                    "train.mask_truncated=true; runs with it must go to another --name")
     ap.add_argument("--measure", choices=["gain", "score_gain"], default="gain",
                     help="what the tables compare: held-out exact match (gain) or mean verifier score (score_gain: "
                     "SmolLM2 under partial credit, whose exact match stays 0)")
@@ -371,16 +384,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default="teacher", help="results: bench/results/learning/<name>.jsonl and <name>.json; a new "
                     "name for runs that must not pair with earlier ones (e.g. after the lab model was rebuilt)")
     args = ap.parse_args(argv)
-    sets = {}
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise SystemExit(f"bench.learning.teacher: --set wants KEY=VALUE, not {item!r}")
-        sets[key] = parse_value(value)
+    sets, teacher_sets = {}, {}
+    for flag, items, into in (("--set", args.set, sets), ("--teacher-set", args.teacher_set, teacher_sets)):
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise SystemExit(f"bench.learning.teacher: {flag} wants KEY=VALUE, not {item!r}")
+            into[key] = parse_value(value)
     sink_path = RESULTS / f"{args.name}.jsonl"
     done = load_jsonl(sink_path)
     if not args.report:
-        teachers = {spec: str(teacher_dir(spec, args.teacher_rounds))
+        teachers = {spec: str(teacher_dir(spec, args.teacher_rounds, teacher_sets))
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
         have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
         jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
