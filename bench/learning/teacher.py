@@ -133,6 +133,13 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
          teacher_opd_bytes_split2` (as (i)) and `--name teacher_opd_split2` (as (ii)):
                                same: OPD[bytes split] − OPD[ids] within ±0.01 (the byte path then carries no
                                harm of its own); spell2wide: OPD − D > 0 with an interval that excludes 0
+     (iv) after (iii), which matched the id path for four rounds and then fell behind it on every seed: a special
+         token of the student's (EOS, padding) inside a chunk of text put its own log-probability into the chunk's
+         gap with nothing of the teacher's against it, so the gap rewarded sampling it the less likely it was;
+         such tokens are now left unscored (node.distill.student). Rerun, fixed before the runs, `--name
+         teacher_opd_bytes_split3` (as (i), split) and `--name teacher_opd_split3` (as (ii)):
+                               same: OPD[bytes split] − OPD[ids] within ±0.01; spell2wide: OPD − D > 0 with an
+                               interval that excludes 0
   (a teacher that ends, fixed before its runs: the 200-round teacher rambles after "</answer>" up to
    max_new_tokens — log π_T(EOS) there ≈ −7, about 6 of the ≈ 15.6 nats of a completion's reverse KL to it on
    the untrained student's samples — so the id path teaches the student to ramble on as much as to answer. A

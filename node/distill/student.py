@@ -12,7 +12,8 @@ onto its own groups.
               longer; each answer is decoded against its own request (protocols.score.decode_score_response:
               the request's digest, one value per token, finite, ≤ 0, not absurd) and its values become the
               group's `teacher_logps` (node.round.groups.Group), which the train step carries to the loss
-              (losses.distill). An answer that fails, is refused or comes late is dropped with its reason and
+              (losses.distill); on the byte path our special tokens inside a chunk of text are left unscored
+              (`_text_only`). An answer that fails, is refused or comes late is dropped with its reason and
               its group trains on the reward alone; a late answer is never used later (the round has moved on).
 
 Metrics of the round (`distill_*`): the teacher asked, requests, answers used, own completions scored (share),
@@ -77,6 +78,7 @@ class Student:
         self.fingerprint, self.vocab_size, self.temperature, self.caps = fingerprint, vocab_size, temperature, caps
         self.models: dict[str, str] = {}  # peer → the model its records name
         self.bytes_only: set[str] = set()  # teachers that refused our token ids (another tokenizer)
+        self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())  # tokens that produce no text
 
     def note_peers(self, models: dict[str, str]) -> None:
         """Remember which model each peer's records name, for the peers `distill.teachers` names (by peer id or by
@@ -120,6 +122,24 @@ class Student:
         return ScoreRequest(self.swarm_id, prompt, comps, temperature=self.temperature,
                             tokenizer=self.fingerprint if ids else None, vocab_size=self.vocab_size if ids else None)
 
+    def _text_only(self, values, chunks: list[int], ids) -> list[float | None]:
+        """A byte-path answer's values with our special tokens (EOS, padding: they produce no text) left unscored
+        (None) in every chunk that also holds text tokens, the chunk's teacher log-probability going to those:
+        the teacher scored the text, and a special token's own log-probability in the chunk's gap, with nothing
+        of the teacher's against it, would reward sampling it the less likely it is. A chunk of special tokens
+        alone (our final EOS against the teacher's, `score_split: requester`) keeps its value."""
+        out: list[float | None] = list(values)
+        start = 0
+        for n in chunks:
+            span = range(start, start + n)
+            text = [t for t in span if int(ids[t]) not in self.special_ids]
+            if n > 1 and 0 < len(text) < n:
+                share = sum(values[t] for t in span) / len(text)
+                for t in span:
+                    out[t] = share if t in text else None
+            start += n
+        return out
+
     def collect(self, asked: Asked) -> dict:
         """Wait (until distill.wait_s after the requests left) for the answers; their values onto the groups."""
         drops = Counter(asked.drops)
@@ -142,8 +162,10 @@ class Student:
                     log.info("a score answer from %s dropped: %s", asked.teacher, exc)
                 drops[exc.reason] += 1
                 continue
-            p.group.teacher_logps = [list(lp) if lp else None for lp in resp.logprobs]
-            p.group.teacher_chunks = [list(c) if c else None for c in (resp.chunks or [()] * len(resp.logprobs))]
+            chunks = [list(c) if c else None for c in (resp.chunks or [()] * len(resp.logprobs))]
+            p.group.teacher_logps = [None if not lp else list(lp) if c is None else self._text_only(lp, c, comp.token_ids)
+                                     for lp, c, comp in zip(resp.logprobs, chunks, p.group.completions)]
+            p.group.teacher_chunks = chunks
             used += 1
             completions += sum(bool(lp) for lp in resp.logprobs)
             tokens += sum(len(lp) for lp in resp.logprobs)

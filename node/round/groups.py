@@ -34,7 +34,7 @@ class Group:
     created_at: float = field(default_factory=time.time)
     # our own groups only: a teacher's log π_T of each token of each completion (None: that completion unscored),
     # set by on-policy distillation (node.distill.student) before selection
-    teacher_logps: list[list[float] | None] | None = None
+    teacher_logps: list[list[float | None] | None] | None = None  # an entry None: a token left unscored
     teacher_chunks: list[list[int] | None] | None = None  # its tokens per chunk of each (None: one token per chunk)
 
     @property

@@ -48,7 +48,7 @@ class Row:
     chunks: list[int] | None = None  # unaligned rows: chunk index of each of our tokens (node/round/align.py)
     chunk_logp: list[float] | None = None  # unaligned rows: the sender's log μ of each chunk
     imitable: bool = True  # train.imitate may push it up if its advantage is positive (build_rows' imitate_bar)
-    logp_teacher: list[float] | None = None  # a teacher's log π_T of each of our tokens (node.distill.score); None: none
+    logp_teacher: list[float | None] | None = None  # a teacher's log π_T of each of our tokens (node.distill.score); None: none (an entry None: that token unscored)
     teacher_chunks: list[int] | None = None  # our tokens per chunk the teacher aligned (None: one token per chunk)
 
 
@@ -240,9 +240,9 @@ def _teacher_scores(rows: list[Row], mask: torch.Tensor):
     chunk = torch.arange(mask.shape[1]).expand(mask.shape).clone()
     for i, r in enumerate(rows):
         n = len(r.tokens.completion_ids)
-        if r.logp_teacher is not None and len(r.logp_teacher) == n:
-            teacher[i, :n] = torch.tensor(r.logp_teacher)
-            scored[i, :n] = True
+        if r.logp_teacher is not None and len(r.logp_teacher) == n:  # None: a token the teacher did not score
+            teacher[i, :n] = torch.tensor([0.0 if v is None else v for v in r.logp_teacher])
+            scored[i, :n] = torch.tensor([v is not None for v in r.logp_teacher])
             if r.teacher_chunks is not None and sum(r.teacher_chunks) == n:
                 chunk[i, :n] = torch.repeat_interleave(torch.arange(len(r.teacher_chunks)),
                                                        torch.tensor(r.teacher_chunks))

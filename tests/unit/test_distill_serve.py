@@ -288,3 +288,25 @@ def test_send_ids_off_takes_the_byte_path_and_the_requester_split_gives_the_id_p
     for a, b, chunks in zip(by_id.teacher_logps, by_bytes.teacher_logps, by_bytes.teacher_chunks):
         assert all(n == 1 for n in chunks)  # these texts: one token a chunk, the EOS too
         assert np.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("split", ["canonical", "requester"])
+def test_on_the_byte_path_our_special_tokens_in_a_chunk_of_text_are_left_unscored(tiny_qwen, tiny_llama, split):
+    """Across tokenizers our EOS produces no text. Under `canonical` it shares the last text token's chunk, with
+    nothing of the teacher's against it: it is left unscored and the chunk's value goes to the text token (its
+    own log-probability in the gap would reward sampling it the less likely it is). Under `requester` it is a
+    chunk of its own against the teacher's EOS, and keeps that value."""
+    teacher = Teacher(tiny_llama.model, tiny_llama.tokenizer, tiny_llama.fingerprint, threading.RLock())
+    service = ScoreService(teacher, SWARM, ScoreBudget(1e6, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096, split=split)
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(service.answer)
+    student = _student(tiny_qwen, _link(hub, "student"), send_ids=False)
+    group = _group(tiny_qwen.tokenizer)
+    assert student.collect(student.ask(0, [group], [PROMPT]))["distill_answers"] == 1
+    for comp, values, chunks in zip(group.completions, group.teacher_logps, group.teacher_chunks):
+        assert comp.token_ids[-1] == tiny_qwen.tokenizer.eos_token_id and len(values) == len(comp.token_ids)
+        if split == "canonical":
+            assert values[-1] is None and chunks[-1] >= 2  # the EOS: unscored, in the last text token's chunk
+            assert all(v is not None for v in values[:-1])
+        else:
+            assert chunks[-1] == 1 and values[-1] is not None and values[-1] < 0  # the teacher's EOS
