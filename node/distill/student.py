@@ -12,8 +12,10 @@ onto its own groups.
               longer; each answer is decoded against its own request (protocols.score.decode_score_response:
               the request's digest, one value per token, finite, ≤ 0, not absurd) and its values become the
               group's `teacher_logps` (node.round.groups.Group), which the train step carries to the loss
-              (losses.distill); on the byte path our special tokens inside a chunk of text are left unscored
-              (`_text_only`). An answer that fails, is refused or comes late is dropped with its reason and
+              (losses.distill). On the byte path our special tokens inside a chunk of text are left unscored
+              (`_text_only`), and so is a completion whose text holds U+FFFD: a sampled byte that is no
+              UTF-8 text decodes to it, and the teacher would score that character's three bytes, and every
+              later token after them, in place of what was sampled. An answer that fails, is refused or comes late is dropped with its reason and
               its group trains on the reward alone; a late answer is never used later (the round has moved on).
 
 Metrics of the round (`distill_*`): the teacher asked, requests, answers used, own completions scored (share),
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from node.distill.config import DistillConfig
 
 log = logging.getLogger(__name__)
+LOST = "\ufffd"  # what decoding puts for bytes that are no UTF-8 text: the text no longer holds the tokens sampled
 _PEER_ID = re.compile(r"[1-9A-HJ-NP-Za-km-z]{1,128}")  # base58: what a peer id is written in
 
 
@@ -163,7 +166,8 @@ class Student:
                 drops[exc.reason] += 1
                 continue
             chunks = [list(c) if c else None for c in (resp.chunks or [()] * len(resp.logprobs))]
-            p.group.teacher_logps = [None if not lp else list(lp) if c is None else self._text_only(lp, c, comp.token_ids)
+            p.group.teacher_logps = [None if not lp or (c is not None and LOST in comp.text) else list(lp) if c is None
+                                     else self._text_only(lp, c, comp.token_ids)
                                      for lp, c, comp in zip(resp.logprobs, chunks, p.group.completions)]
             p.group.teacher_chunks = chunks
             used += 1

@@ -310,3 +310,24 @@ def test_on_the_byte_path_our_special_tokens_in_a_chunk_of_text_are_left_unscore
             assert all(v is not None for v in values[:-1])
         else:
             assert chunks[-1] == 1 and values[-1] is not None and values[-1] < 0  # the teacher's EOS
+
+
+def test_on_the_byte_path_a_completion_whose_text_lost_bytes_is_left_unscored(tiny_qwen, tiny_llama):
+    """A sampled byte that is no UTF-8 text decodes to U+FFFD: the text no longer holds what was sampled, and the
+    teacher would score that character's bytes instead. Such a completion trains on its reward alone."""
+    tok = tiny_qwen.tokenizer
+    stray = next(i for i in range(tiny_qwen.vocab_size) if tok.decode([i]) == "\ufffd")
+    ids = tok("<answer>ab", add_special_tokens=False)["input_ids"] + [stray] + \
+        tok("</answer>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    text = tok.decode(ids, skip_special_tokens=True)
+    assert "\ufffd" in text
+    teacher = Teacher(tiny_llama.model, tiny_llama.tokenizer, tiny_llama.fingerprint, threading.RLock())
+    service = ScoreService(teacher, SWARM, ScoreBudget(1e6, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096,
+                           split="requester")
+    hub = InMemoryHub()
+    _link(hub, "teacher").serve(service.answer)
+    student = _student(tiny_qwen, _link(hub, "student"), send_ids=False)
+    group = _group(tok)
+    group.completions[0] = Completion(text, tuple(ids), tuple([-1.0] * len(ids)), "stop")
+    assert student.collect(student.ask(0, [group], [PROMPT]))["distill_answers"] == 1
+    assert group.teacher_logps[0] is None and all(v is not None for v in group.teacher_logps[1])
