@@ -31,9 +31,10 @@ class DistillConfig(BaseModel):
                            "(a diagnostic: docs/BENCHMARKS.md §12E).")
     serve: bool = Field(False, description="Answer peers' score requests with this node's model (a teacher).")
     score_split: Literal["canonical", "requester"] = Field(
-        "canonical", description="On the byte path (a requester of another tokenizer), which of our tokenizations of "
-        "its text we score: `canonical`, ours of the whole text; `requester`, ours of each of its tokens alone, "
-        "concatenated, so every token boundary of the requester is one of ours (docs/ARCHITECTURE.md §13).")
+        "requester", description="On the byte path (a requester of another tokenizer), which of our tokenizations of "
+        "its text we score: `requester`, ours of each of its tokens alone, concatenated, and our EOS where its "
+        "completion ended — the events it sampled (with one tokenizer this gives exactly the id path's values); "
+        "`canonical`, ours of the whole text (docs/BENCHMARKS.md §12E).")
     serve_tokens_per_s: float = Field(4000.0, gt=0, le=1e9, description="What serving may compute: tokens fed to "
                                       "the model per second, on average (a token bucket).")
     serve_burst_s: float = Field(10.0, gt=0, le=3600.0, description="The bucket holds this many seconds of "

@@ -79,7 +79,7 @@ def pieces_of_token_bytes(text: str, token_bytes: Sequence[int]) -> list[str] | 
 
 def score_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
                         pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
-                        max_tokens: int, temperature: float = 1.0, split: str = "canonical") -> list[list[float] | None]:
+                        max_tokens: int, temperature: float = 1.0, split: str = "requester") -> list[list[float] | None]:
     """log π_teacher of each requester token of each completion (module docstring), or None for a
     completion the two tokenizations cannot align. Raises ScoreRefused before any forward pass."""
     return [values for values, _ in score_chunks_for_requester(
@@ -106,7 +106,7 @@ def teacher_ids(tokenizer, texts: Sequence[str], pieces: Sequence[Sequence[str]]
 
 def score_chunks_for_requester(model: torch.nn.Module, tokenizer, prompt: str, texts: Sequence[str],
                                pieces: Sequence[Sequence[int]] | Sequence[Sequence[str]], *, same_tokenizer: bool,
-                               max_tokens: int, temperature: float = 1.0, split: str = "canonical"
+                               max_tokens: int, temperature: float = 1.0, split: str = "requester"
                                ) -> list[tuple[list[float] | None, list[int] | None]]:
     """score_for_requester's values with, per completion, the requester tokens in each chunk (in order; Σ = its
     tokens), or None for one token per chunk (the same tokenizer) or a completion not aligned."""

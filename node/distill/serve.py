@@ -91,7 +91,7 @@ class ScoreService:
     """Answers score requests (module docstring)."""
 
     def __init__(self, teacher: Teacher, swarm_id: str, budget: ScoreBudget, *, caps: ScoreCaps,
-                 max_tokens: int, logprob_dtype: str = "f32", split: str = "canonical"):
+                 max_tokens: int, logprob_dtype: str = "f32", split: str = "requester"):
         self.teacher, self.swarm_id, self.budget, self.caps = teacher, swarm_id, budget, caps
         self.split = split  # which of our tokenizations of a byte-path text we score (node.distill.score.teacher_ids)
         self.max_tokens, self.logprob_dtype = max_tokens, logprob_dtype

@@ -63,7 +63,8 @@ def test_across_tokenizers_each_chunk_sums_to_the_teachers_chunk_logprob(tiny_qw
         r_ids = rt(text, add_special_tokens=False)["input_ids"] + [rt.eos_token_id]
         pieces = pieces_of_token_bytes(text, sender_token_bytes(rt, text, r_ids))
         assert pieces is not None and pieces[-1] == "" and "".join(pieces) == text
-        [got] = score_for_requester(teacher.model, tt, PROMPT, [text], [pieces], same_tokenizer=False, max_tokens=4096)
+        [got] = score_for_requester(teacher.model, tt, PROMPT, [text], [pieces], same_tokenizer=False, max_tokens=4096,
+                                     split="canonical")
         assert len(got) == len(r_ids)
         # the reference: the teacher's own tokens, scored by a plain forward, summed between the shared byte ends
         t_ids = tt(text, add_special_tokens=False)["input_ids"]
