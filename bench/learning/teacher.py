@@ -154,6 +154,11 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
    train.mask_truncated=true --pairings same --arms D OPD OPD0 --name teacher_opd_ends`, 8 seeds)
                                OPD − D > 0 with an interval that excludes 0 (a teacher that ends teaches), and
                                OPD − OPD0 > 0 likewise; the teacher's held-out accuracy reported beside them
+  (the reverse pairing with a stronger teacher, fixed before its runs: lab-spell-wide trained 200 rounds holds
+   0.39–0.40, no stronger than the lab-spell student; trained 600 rounds (`--teacher-rounds 600`), it is used
+   only if its held-out exceeds what the student reaches alone in 40 rounds; then `--pairings wide2spell --arms
+   D OPD OPD0 --teacher-rounds 600 --name teacher_opd_wide600`, 8 seeds)
+                               OPD − D > 0 with an interval that excludes 0
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.
