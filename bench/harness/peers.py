@@ -111,7 +111,7 @@ def worker(args) -> None:
     log["served"] = [[a, dht_probe.served(t.dht)] for a, t in zip(served0, peers)]
     log["cpu"] = [cpu_seconds() - cpu0, time.monotonic() - wall0, len(peers)]
     log["gossip"] = {k: sum(getattr(t.gossip, k, 0) for t in peers if t.gossip)
-                     for k in ("received", "offered", "published", "publish_failures")}
+                     for k in ("received", "offered", "published", "publish_failures", "fetch_spread")}
     log["gossip"]["running"] = sum(t.gossip is not None for t in peers)
     log["gossip"]["dht_polls_skipped"] = sum(t.poll_gate.skipped for t in peers)
     log["reads"] = reads

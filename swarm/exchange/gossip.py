@@ -71,6 +71,7 @@ class GossipAnnouncements:
         self.publish_paced = 0  # announcements of ours replaced by a newer one while waiting for the pace
         self._choosing = False  # a fan-in choice is waiting out its spread (_choose_soon)
         self._peers_n, self._peers_at = 0, float("-inf")  # _peers(), and when it was counted
+        self.fetch_spread = 0  # fan-in choices after a gossiped announcement that waited out a spread (_choose_soon)
 
     banned = property(lambda self: self.guard.banned)
     disconnects = property(lambda self: self.guard.disconnects)
@@ -132,6 +133,7 @@ class GossipAnnouncements:
             self.transport._fetch_chosen()
         elif not self._choosing:
             self._choosing = True
+            self.fetch_spread += 1
             self.transport.spawn(self._choose_after(random.uniform(0.0, spread)))
 
     def _peers(self) -> int:
@@ -206,7 +208,7 @@ class GossipReport:
     and the counters' increase since the previous take."""
 
     COUNTED = ("received", "offered", "published", "publish_failures", "publish_paced", "received_bytes", "banned",
-               "disconnects")
+               "disconnects", "fetch_spread")
 
     def __init__(self):
         self._before: dict[str, int] = {}

@@ -45,7 +45,7 @@ def _transport(gossip: bool, running):
 def test_a_take_reports_the_transport_and_the_gossip_counts_since_the_previous_take():
     assert GossipReport().since_last(_transport(False, None)) == {"transport": "dht"}
     g = SimpleNamespace(received=3, offered=2, published=1, publish_failures=0, publish_paced=0,
-                        received_bytes=900, banned=0, disconnects=0, last_valid=None)
+                        received_bytes=900, banned=0, disconnects=0, fetch_spread=0, last_valid=None)
     t, report = _transport(True, g), GossipReport()
     first = report.since_last(t)
     assert first["transport"] == "gossip" and first["pubsub"] and first["offered"] == 2 and not first["delivering"]
