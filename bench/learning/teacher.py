@@ -147,9 +147,10 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
          byte path. Rerun, fixed before the runs, `--name teacher_opd_bytes_split4` and `--name teacher_opd_split4`,
          with (iv)'s rules
   (a teacher that ends, fixed before its runs: the 200-round teacher rambles after "</answer>" up to
-   max_new_tokens — log π_T(EOS) there ≈ −7, about 6 of the ≈ 15.6 nats of a completion's reverse KL to it on
-   the untrained student's samples — so the id path teaches the student to ramble on as much as to answer. A
-   teacher trained the same 200 rounds with `train.mask_truncated: true` (DAPO's overlong filtering: completions
+   max_new_tokens — log π_T(EOS) there ≈ −7, about 6 nats a completion on the untrained student's samples, most
+   of the student's first KL to it (corrected after the runs: first written as "6 of ≈ 15.6 nats of KL", but
+   15.6 is the teacher's log-probability of a completion, not the KL) — so the id path teaches the student to
+   ramble on as much as to answer. A teacher trained the same 200 rounds with `train.mask_truncated: true` (DAPO's overlong filtering: completions
    that hit max_new_tokens leave the loss, so only those that end are reinforced): `--teacher-set
    train.mask_truncated=true --pairings same --arms D OPD OPD0 --name teacher_opd_ends`, 8 seeds)
                                OPD − D > 0 with an interval that excludes 0 (a teacher that ends teaches), and
