@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -39,8 +41,9 @@ log = logging.getLogger(__name__)
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport=None):
+    def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport=None, clock: Callable[[], float] = time.time):
         self.cfg = cfg
+        self.clock = clock  # the rounds' clock (node.round.parts.RoundParts.clock)
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if cfg.torch_threads:
@@ -103,7 +106,7 @@ class Node:
                           generator=self.generator, loss_fn=self.loss_fn, reference=self.reference,
                           policy=self.policy, selector=self.selector, seen_groups=self.seen_groups,
                           transport=self.transport, book=self, federated=self.federated, hetero=self.hetero,
-                          distill=self.distill)
+                          distill=self.distill, clock=self.clock)
 
     @property
     def policy_version(self) -> int:

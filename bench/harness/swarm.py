@@ -1,38 +1,74 @@
 """The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.exchange.memory: the real
 encode, vet, receive rules and fan-in), one torch thread each, taking turns round by round, so arms differ only in
-what they set. A node without peers' groups reproduces its run exactly; with peers a run is not reproducible: the
-fan-in's fetch windows and announcement ages run on wall-clock time, so which peers' groups a round receives depends
-on how fast the rounds run (two runs of one arm on one model: up to 0.039 held-out apart on a seed, 80 against 72
-peers' groups a node; docs/BENCHMARKS.md §13). Used by the learning benches that compare a node in a swarm with one
-alone."""
+what they set. Used by the learning benches that compare a node in a swarm with one alone.
+
+Two twins (`twin`):
+  rounds  (default) delivery by round: what a node publishes in round r is visible to every peer from round
+          r + `delay` (swarm.exchange.memory, by rounds), and every clock the nodes and their transports read is
+          virtual — round r, turn k is T0 + r·round_s + k·TURN_S — with seeded choices, so the fan-in's windows,
+          ages and standing are functions of the rounds alone and a run reproduces to the last digit whatever
+          the machine's load (tests/integration/test_sharing_twin.py). round_s (default 10 s, one announcement
+          window of the default swarm config) is the swarm time a round stands for.
+  clock   the wall-clock twin of earlier sections: fetch windows and ages run on wall time, so which peers'
+          groups a round receives depends on how fast the rounds run, and a run with peers does not reproduce
+          (two runs of one arm: up to 0.039 held-out apart on a seed, 80 against 72 peers' groups a node;
+          docs/BENCHMARKS.md §13).
+A node without peers reproduces under both."""
 
 from __future__ import annotations
 
+import random
 import statistics
 import tempfile
+import time
 
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
 from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
+TWINS = ("rounds", "clock")
+T0 = 1.8e9  # the virtual epoch of a swarm run by rounds (seconds; any fixed date)
+TURN_S = 1e-3  # virtual time between two nodes' turns within one round
+
+
+class RoundClock:
+    """The virtual clock of a swarm run by rounds: `at(r, k)` before node k's turn in round r."""
+
+    def __init__(self, round_s: float):
+        self.round_s, self.now = round_s, T0
+
+    def at(self, round_: int, turn: int) -> None:
+        self.now = T0 + round_ * self.round_s + turn * TURN_S
+
+    def __call__(self) -> float:
+        return self.now
+
 
 def run_swarm(configs: list[str], local: int | list[int], external: int | list[int], seed: int, rounds: int,
-              overrides: dict | list[dict], generate: int | list[int] | None = None) -> dict:
+              overrides: dict | list[dict], generate: int | list[int] | None = None, *, twin: str = "rounds",
+              delay: int = 1, round_s: float = 10.0, replay_to: list[list[int]] | None = None) -> dict:
     """One swarm (node k runs configs[k]), one seed: per-node reward curves, held-out accuracy (and mean
     verifier score, and accuracy per task kind when the held-out mix has several) before/after, peers'
     groups used and their mean IS weight (rounds that used any), tokens generated and trained, the share
     of informative groups among the node's own and among those it received, and seconds per round.
     `local`, `external`, `generate` (groups generated per round; default local + external) and
-    `overrides` are one for all nodes or one per node."""
-    hub = InMemoryHub()
+    `overrides` are one for all nodes or one per node. `twin`, `delay`, `round_s`: the module docstring.
+    `replay_to[k][r]`: node k's budget of trained completion tokens in round r, filled by replaying its own groups
+    (select.replay_tokens; the solo control at a swarm node's trained tokens)."""
+    if twin not in TWINS:
+        raise ValueError(f"twin must be one of {TWINS}, not {twin!r}")
+    by_rounds = twin == "rounds"
+    hub = InMemoryHub(delay_rounds=delay if by_rounds else None)
+    clock = RoundClock(round_s)
     nodes = len(configs)
     local, external = [x if isinstance(x, list) else [x] * nodes for x in (local, external)]
     generate = [i + j for i, j in zip(local, external)] if generate is None else \
         generate if isinstance(generate, list) else [generate] * nodes
     overrides = overrides if isinstance(overrides, list) else [overrides] * nodes
     totals = ("tokens_generated", "tokens_trained", "groups_informative", "groups_received",
-              "groups_received_informative", "round_s", "distill_tokens_scored", "distill_served_computed")
+              "groups_received_informative", "groups_replayed", "round_s", "distill_tokens_scored",
+              "distill_served_computed")
     with tempfile.TemporaryDirectory() as tmp:
         swarm = []
         for k, config in enumerate(configs):
@@ -40,20 +76,30 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                     "torch_threads": 1, "select.local_groups": local[k], "select.external_groups": external[k],
                     "generation.prompts_per_round": generate[k], "eval.every": 0,
                     "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True, **overrides[k]}
+            if replay_to is not None:
+                opts["select.replay_tokens"] = max(1, replay_to[k][0])
             cfg = load_config(config, opts)
-            swarm.append(Node(cfg, f"{tmp}/n{k}", transport=InMemoryTransport(hub, f"n{k}", cfg.swarm.swarm_id)))
+            twin_opts = {"clock": clock, "rng": random.Random(f"twin {seed} {k}")} if by_rounds else {}
+            transport = InMemoryTransport(hub, f"n{k}", cfg.swarm.swarm_id, **twin_opts)
+            swarm.append(Node(cfg, f"{tmp}/n{k}", transport=transport, clock=clock if by_rounds else time.time))
         try:
             first = [node.evaluate_items() for node in swarm]
             curves = [[] for _ in swarm]
+            trained = [[] for _ in swarm]  # completion tokens trained per round
             externals = [0] * nodes
             sums = [dict.fromkeys(totals, 0.0) for _ in swarm]
             weights = [[] for _ in swarm]
             shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
             distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per round
             for r in range(rounds):
+                hub.round = r
                 for k, node in enumerate(swarm):
+                    clock.at(r, k)
+                    if replay_to is not None:
+                        node.selector.replay_to = max(1, replay_to[k][r])
                     m = run_round(node, r)
                     curves[k].append(m["reward_mean"])
+                    trained[k].append(m["tokens_trained"])
                     externals[k] += m["groups_external"]
                     for key in totals:
                         sums[k][key] += m.get(key) or 0
@@ -70,7 +116,9 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             for node in swarm:
                 node.close()
     before, after = [e.accuracy for e in first], [e.accuracy for e in last]
-    return {"curves": curves, "before": before, "after": after, "external_groups": externals,
+    return {"curves": curves, "trained_by_round": trained, "twin": twin, "delay": delay if by_rounds else None,
+            "virtual_round_s": round_s if by_rounds else None, "before": before, "after": after,
+            "external_groups": externals,
             "score_before": [e.score for e in first], "score_after": [e.score for e in last],
             "before_by_task": [e.by_label() for e in first], "after_by_task": [e.by_label() for e in last],
             "generated_groups": [g * rounds for g in generate], **{k: [s[k] for s in sums] for k in totals},

@@ -2,7 +2,9 @@
 bench/results/learning/).
 
     sapo              I own + J peers' groups per step, SAPO's experiment on the lab model
-    sharing           a swarm node against a node alone at equal compute, by arm
+    sharing           a swarm node against a node alone at equal compute, by arm (R: alone, replaying its own
+                      groups to the swarm node's trained tokens)
+    sharing_report    sharing's paired differences, decision rules and figure
     teacher           a student with a frozen, trained teacher's groups against the same student alone
     hetero            a node beside a peer that is a different model, against solo runs
     heterorl          GEPO against GRPO and sequence-level IS under delay (learner and samplers)

@@ -9,13 +9,20 @@ Arms (I own + J peers' groups trained per round, G groups generated per round, p
   D  4 / 0, generate 4    alone at half the generation
   E  B, and node k draws only difficulty band k (mod the number of bands); every node is evaluated
      on all bands (tasks.eval_datasets)
+  RB the node alone at A's generation (8 / 0, generate 8), training as many completion tokens each round as
+     node k of B's run of that seed did, by replaying its own earlier informative groups (select.replay_tokens:
+     the same loss, each replayed row weighed against μ, the policy that sampled it): the solo control at
+     equal generated *and* equal trained tokens
+  RC likewise at D's generation (4 / 0, generate 4), matched to C's run
 
 Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
 nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
 in-memory twin of the transport (swarm.exchange.memory: the real receive rules and fan-in), one process and
-one torch thread per swarm; `--jobs` runs swarms side by side. An arm without peers (A, D) reproduces exactly;
-one with peers does not, because the twin's fetch windows run on wall-clock time and which peers' groups a round
-receives depends on how fast the rounds run (bench/harness/swarm.py).
+one torch thread per swarm; `--jobs` runs swarms side by side. `--twin rounds` (the default) delivers by round —
+a group published in round r is visible to every peer from round r + `--delay` (default 1) — on a virtual clock
+of `--round-s` seconds a round, so every arm reproduces to the last digit; `--twin clock` is the wall-clock twin
+of the earlier sections, where an arm with peers does not reproduce (bench/harness/swarm.py). Each run records
+its twin. An R arm runs after the arm it is matched to, from that run's per-round trained tokens.
 
 Per run, mean over its nodes: held-out exact-match gain (after − before), overall and per task kind
 (the hard band separately), cumulative reward (Σ of a node's mean reward on its own rollouts) and
@@ -27,6 +34,8 @@ seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules o
 
   sharing saves compute   C − D > 0 with an interval that excludes 0, and C − A ≥ −0.02
   SAPO at equal compute   B − A > 0 with an interval that excludes 0
+  beats replay            B − RB > 0 (equal generated and trained tokens) with an interval that excludes 0;
+                          likewise C − RC
 
 Imitation (`train.imitate: 1`, losses/imitation.py; rules fixed before its runs, docs/BENCHMARKS.md §13F),
 updates f-tis, f-tis+imit (peers' above-mean rows imitated) and f-tis+imitall (every above-mean row,
@@ -75,28 +84,22 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from bench.harness.options import parse_sets
-from bench.harness.output import (
-    load_jsonl,
-    pyplot,
-    results_dir,
-    save_figure,
-    table,
-    write_json,
-)
+from bench.harness.output import load_jsonl, results_dir, table, write_json
 from bench.harness.pool import run_jobs
-from bench.harness.stats import fields, mean_of, paired_fields
+from bench.harness.stats import mean_of
+from bench.learning.sharing_report import plot, summarise, verdicts
 
 RESULTS = results_dir("learning")
 
 ARMS = {"A": (8, 0, 8, False), "B": (4, 4, 8, False), "C": (4, 4, 4, False), "D": (4, 0, 4, False),
-        "E": (4, 4, 8, True)}
-PAIRS = [("B", "A"), ("C", "A"), ("C", "D"), ("E", "A"), ("E", "B")]
+        "E": (4, 4, 8, True), "RB": (8, 0, 8, False), "RC": (4, 0, 4, False)}
+REPLAY_OF = {"RB": "B", "RC": "C"}  # an R arm → the swarm arm whose trained tokens it matches
 DEFAULT_UPDATES = ["sapo=", "f-tis=loss={name: f-tis}"]
 
 
@@ -141,7 +144,8 @@ def run_one(job: dict) -> dict:
     per_node = node_overrides(job["config"], job["nodes"], special)
     over = [{**job["overrides"], **p} for p in per_node]
     started = time.perf_counter()
-    run = run_swarm([job["config"]] * job["nodes"], i, j, job["seed"], job["rounds"], over, generate=g)
+    run = run_swarm([job["config"]] * job["nodes"], i, j, job["seed"], job["rounds"], over, generate=g,
+                    twin=job["twin"], delay=job["delay"], round_s=job["round_s"], replay_to=job.get("replay_to"))
     seconds = time.perf_counter() - started
     exact = over[0].get("tasks.reward", None) == "exact" or _config_reward(job["config"]) == "exact"
     floors, nodes = [], range(job["nodes"])
@@ -155,6 +159,9 @@ def run_one(job: dict) -> dict:
     kinds = sorted(run["before_by_task"][0])
     out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
     out.update(
+        twin=run["twin"], delay=run["delay"], virtual_round_s=run["virtual_round_s"],
+        trained_by_round=run["trained_by_round"],
+        groups_replayed=statistics.fmean(run["groups_replayed"]),
         gain=statistics.fmean(gains), node_gains=gains,
         gain_by_task={x: statistics.fmean(a[x] - b[x] for a, b in zip(run["after_by_task"], run["before_by_task"]))
                       for x in kinds},
@@ -215,7 +222,7 @@ def run_hivemind(job: dict) -> dict:
     after = [[m for m in r if m.get("eval_accuracy") is not None][-1]["eval_accuracy"] for r in rows]
     gains = [a - b for a, b in zip(after, before)]
     out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
-    out.update(transport="hivemind", gain=statistics.fmean(gains), node_gains=gains, gain_by_task={},
+    out.update(transport="hivemind", twin="hivemind", gain=statistics.fmean(gains), node_gains=gains, gain_by_task={},
                cum_reward=statistics.fmean(sum(m["reward_mean"] for m in r) for r in rows),
                external_groups=statistics.fmean(sum(m["groups_external"] for m in r) for r in rows),
                s_per_node_round=statistics.fmean(m["round_s"] for r in rows for m in r),
@@ -230,134 +237,40 @@ def _config_reward(config: str) -> str:
     return load_config(config, {}).tasks.reward
 
 
-def hard_label(runs: list[dict]) -> str | None:
-    """The task kind the untrained model solves least (the hard band), when there are several."""
-    by = runs[0]["before_by_task"][0] if runs and runs[0]["before_by_task"] else {}
-    return min(by, key=by.get) if len(by) > 1 else None
+def make_jobs(args, updates: dict, arms: dict, runs: list[dict], twin: str, replays: bool) -> list[dict]:
+    """The jobs not yet in `runs`: the arms without replay, or (`replays`) the R arms, each with its matched run's
+    trained tokens per node and round (an R arm whose matched run is missing is left out, with a line)."""
+    key = lambda r: (r["update"], r["arm"], r["nodes"], r["seed"], r["rounds"], twin_of(r))  # noqa: E731
+    done = {key(r): r for r in runs}
+    jobs = []
+    for s in args.seeds:
+        for u, over in updates.items():
+            for a, spec in arms.items():
+                for n in args.sizes or [args.nodes]:
+                    if (a in REPLAY_OF) != replays or (u, a, n, s, args.rounds, twin) in done:
+                        continue
+                    job = {"config": args.config, "update": u, "overrides": over, "arm": a, "arm_spec": spec,
+                           "nodes": n, "seed": s, "rounds": args.rounds, "twin": twin, "delay": args.delay,
+                           "round_s": args.round_s}
+                    if a in REPLAY_OF:
+                        matched = done.get((u, REPLAY_OF[a], n, s, args.rounds, twin))
+                        if matched is None or "trained_by_round" not in matched:
+                            print(f"{u} {a} n={n} seed {s}: no run of {REPLAY_OF[a]} to match; left out",
+                                  file=sys.stderr)
+                            continue
+                        job["replay_to"] = matched["trained_by_round"]
+                    jobs.append(job)
+    return jobs
 
 
-FIELDS = ["gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained",
-          "informative_own", "informative_received", "external_groups", "s_per_node_round"]
+def twin_of(run: dict) -> str:
+    """rounds, clock or hivemind (runs made before the twin was recorded ran on the clock or over hivemind)."""
+    return run.get("twin") or ("hivemind" if run.get("transport") == "hivemind" else "clock")
 
 
-def paired(a: dict[int, dict], b: dict[int, dict], label: dict) -> dict | None:
-    """Differences a − b paired by seed (gain, hard-band gain, cumulative reward), or None with < 2 seeds."""
-    d = paired_fields(a, b, ("gain", "gain_hard", "cum_reward", "cum_above_floor"))
-    return None if d is None else {**label, **d}
-
-
-def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], list[dict]]:
-    """Per (update, arm, nodes): means and intervals over seeds; per update: paired differences between
-    arms; with `versus`, every other update against that one, arm by arm (a mechanism against its base)."""
-    hard = hard_label(runs)
-    for r in runs:
-        r["gain_hard"] = r["gain_by_task"].get(hard) if hard else None
-    cells: dict[tuple, list[dict]] = {}
-    for r in runs:
-        cells.setdefault((r["update"], r["arm"], r["nodes"]), []).append(r)
-    rows = []
-    for (update, arm, nodes), rs in cells.items():
-        row = {"update": update, "arm": arm, "nodes": nodes, "seeds": len(rs),
-               "worst_node_gain": min(g for r in rs for g in r["node_gains"])}
-        rows.append({**row, **fields(rs, FIELDS)})
-    diffs = []
-    for update in dict.fromkeys(r["update"] for r in runs):
-        for nodes in sorted({r["nodes"] for r in runs}):
-            by_arm = {arm: {r["seed"]: r for r in rs} for (u, arm, n), rs in cells.items() if u == update and n == nodes}
-            for a, b in PAIRS:
-                if a in by_arm and b in by_arm:
-                    d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
-                    diffs += [d] if d else []
-            sizes = sorted(n for (u, _, n) in cells if u == update)
-            # the swarm-size curve: each size against the smallest, and against the size before it, arm by arm
-            for other in dict.fromkeys([sizes[0], *[n for n in sizes if n < nodes][-1:]]) if nodes != sizes[0] else ():
-                for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((update, arm, other), [])}
-                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
-                                                   "pair": f"{arm}: {nodes} vs {other} nodes"})
-                    diffs += [d] if d else []
-            if versus and update != versus:
-                for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((versus, arm, nodes), [])}
-                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes, "pair": f"{arm}: vs {versus}"})
-                    diffs += [d] if d else []
-    return rows, diffs
-
-
-def verdicts(diffs: list[dict]) -> list[str]:
-    """The decision rules (docs/BENCHMARKS.md §13), applied to held-out gain, per update."""
-    out = []
-    for update in dict.fromkeys(d["update"] for d in diffs):
-        for nodes in sorted({d["nodes"] for d in diffs if d["update"] == update}):
-            get = {d["pair"]: d for d in diffs if d["update"] == update and d["nodes"] == nodes}
-            cd, ca, ba = get.get("C − D"), get.get("C − A"), get.get("B − A")
-            if cd and ca and "gain" in cd and "gain" in ca:
-                ok = cd["gain"] - cd["gain_ci"] > 0 and ca["gain"] >= -0.02
-                out.append(f"{update} ({nodes} nodes): sharing saves compute: {'YES' if ok else 'no'} "
-                           f"(C − D {cd['gain']:+.3f} ± {cd['gain_ci']:.3f}, C − A {ca['gain']:+.3f} ± {ca['gain_ci']:.3f})")
-            if ba and "gain" in ba:
-                ok = ba["gain"] - ba["gain_ci"] > 0
-                worse = ba["gain"] + ba["gain_ci"] < 0
-                out.append(f"{update} ({nodes} nodes): SAPO's claim at equal compute (B > A): "
-                           f"{'YES' if ok else 'no — B is worse' if worse else 'not shown'} "
-                           f"(B − A {ba['gain']:+.3f} ± {ba['gain_ci']:.3f})")
-    return out + growth_verdicts(diffs)
-
-
-def growth_verdicts(diffs: list[dict]) -> list[str]:
-    """The swarm-size rules (the docstring's §13G rules): largest − smallest size, and each doubling against the
-    one before, per update and arm."""
-    out = []
-    for update, arm in dict.fromkeys((d["update"], d["pair"].split(":")[0]) for d in diffs if "nodes" in d["pair"]):
-        steps = {tuple(int(x) for x in d["pair"].split(": ")[1].split(" nodes")[0].split(" vs ")): d for d in diffs
-                 if d["update"] == update and d["pair"].startswith(f"{arm}: ") and "nodes" in d["pair"] and "gain" in d}
-        if not steps:
-            continue
-        big, small = max(steps, key=lambda k: (k[0], -k[1]))
-        d = steps[(big, small)]
-        out.append(f"{update} arm {arm}: grows with the swarm ({big} − {small} nodes): "
-                   f"{'YES' if d['gain'] - d['gain_ci'] > 0 else 'no'} ({d['gain']:+.3f} ± {d['gain_ci']:.3f})")
-        chain = sorted(k for k in steps if k[1] == max([x for x in {j for _, j in steps} if x < k[0]], default=-1))
-        for (n2, n1), (n3, _) in itertools.pairwise(chain):
-            a, b = steps[(n2, n1)], steps[(n3, n2)]
-            out.append(f"{update} arm {arm}: no flattening ({n1}→{n2}→{n3}): "
-                       f"{'YES' if b['gain'] >= a['gain'] - a['gain_ci'] else 'no'} "
-                       f"({n3} − {n2}: {b['gain']:+.3f}; {n2} − {n1}: {a['gain']:+.3f} ± {a['gain_ci']:.3f})")
-    return out
-
-
-def plot(runs: list[dict], rows: list[dict], diffs: list[dict], path) -> None:
-    plt = pyplot()
-
-    updates = list(dict.fromkeys(r["update"] for r in runs))
-    sizes = sorted({r["nodes"] for r in runs})
-    fig, axes = plt.subplots(1, len(updates) + 1, figsize=(5.5 * (len(updates) + 1), 4.2), squeeze=False)
-    for ax, update in zip(axes[0][:-1], updates):
-        if len(sizes) > 1:  # the swarm-size curve
-            for arm in dict.fromkeys(r["arm"] for r in rows if r["update"] == update):
-                pts = sorted((r["nodes"], r["gain"], r["gain_ci"]) for r in rows if r["update"] == update and r["arm"] == arm)
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
-                            capsize=4, label=f"arm {arm}")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("nodes in the swarm")
-            ax.set_ylabel("held-out gain per node")
-        else:
-            for arm in dict.fromkeys(r["arm"] for r in runs if r["update"] == update):
-                curves = [c for r in runs if r["update"] == update and r["arm"] == arm for c in r["curves"]]
-                n = min(len(c) for c in curves)
-                ax.plot(range(n), [statistics.fmean(c[t] for c in curves) for t in range(n)], label=arm)
-            ax.set_xlabel("round")
-            ax.set_ylabel("mean reward on own rollouts")
-        ax.set_title(update)
-        ax.legend(fontsize=8)
-    ax = axes[0][-1]
-    shown = [d for d in diffs if "gain" in d and (d["nodes"] == max(sizes) if len(sizes) == 1 else "nodes" in d["pair"])]
-    ax.errorbar(range(len(shown)), [d["gain"] for d in shown], yerr=[d["gain_ci"] for d in shown], fmt="o", capsize=4)
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(shown)), [f"{d['pair']}\n{d['update']}" for d in shown], fontsize=7)
-    ax.set_title("held-out gain, paired difference (95 % CI)")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+def describe(r: dict) -> str:
+    return f"{r['update']} {r['arm']} n={r['nodes']} seed {r['seed']}: gain {r['gain']:+.3f} cum {r['cum_reward']:.2f} " \
+           f"({r['seconds']:.0f} s)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -374,7 +287,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each, or sharing one GPU)")
     ap.add_argument("--device", help="train.device of every node: cpu, cuda, cuda:N (default: the config's)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--results", default=None, help="folder of the results files (default: RESULTS)")
     ap.add_argument("--versus", metavar="UPDATE", help="also pair every other update against this one, arm by arm")
+    ap.add_argument("--twin", choices=["rounds", "clock"], default="rounds",
+                    help="delivery by round on a virtual clock (reproducible; default) or on wall-clock time")
+    ap.add_argument("--delay", type=int, default=1, help="--twin rounds: rounds from publish to visible (default 1)")
+    ap.add_argument("--round-s", type=float, default=10.0, help="--twin rounds: swarm seconds a round stands for")
     ap.add_argument("--hivemind", action="store_true", help="run each swarm over real hivemind peers (swarm local)")
     ap.add_argument("--report", action="store_true", help="no runs: table and figure from the tag's runs file")
     args = ap.parse_args(argv)
@@ -384,18 +302,19 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.update or DEFAULT_UPDATES:
         name, _, rest = item.partition("=")
         updates[name] = {**common, **parse_sets(kv for kv in rest.split(";") if kv)}
-    runs = load_jsonl(RESULTS / f"sharing{args.tag}.jsonl")
+    twin = "hivemind" if args.hivemind else args.twin
+    if args.hivemind and any(a in REPLAY_OF for a in arms):
+        raise SystemExit("bench.learning.sharing: the R arms run on the twin only, not with --hivemind")
+    out_dir = Path(args.results) if args.results else RESULTS
+    sink = out_dir / f"sharing{args.tag}.jsonl"
+    runs = load_jsonl(sink)
     if not args.report:
-        done = {(r["update"], r["arm"], r["nodes"], r["seed"], r["rounds"]) for r in runs}
-        jobs = [{"config": args.config, "update": u, "overrides": over, "arm": a, "arm_spec": spec, "nodes": n,
-                 "seed": s, "rounds": args.rounds}
-                for s in args.seeds for u, over in updates.items() for a, spec in arms.items()
-                for n in (args.sizes or [args.nodes]) if (u, a, n, s, args.rounds) not in done]
-        runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, RESULTS / f"sharing{args.tag}.jsonl",
-                         args.jobs, lambda r: (f"{r['update']} {r['arm']} n={r['nodes']} seed {r['seed']}: gain "
-                                               f"{r['gain']:+.3f} cum {r['cum_reward']:.2f} ({r['seconds']:.0f} s)"))
+        for phase in (False, True):  # an R arm needs the trained tokens of the run it is matched to
+            runs += run_jobs(run_hivemind if args.hivemind else run_one,
+                             make_jobs(args, updates, arms, runs, twin, replays=phase), sink, args.jobs, describe)
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
-        runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted and r["rounds"] == args.rounds]
+        runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted
+                and r["rounds"] == args.rounds and twin_of(r) == twin]
     rows, diffs = summarise(runs, args.versus)
     print(table(rows, ["update", "arm", "nodes", "seeds", "gain", "gain_ci", "gain_hard", "gain_hard_ci", "cum_reward",
                        "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained", "informative_own",
@@ -404,9 +323,9 @@ def main(argv: list[str] | None = None) -> None:
                         "gain_hard_ci", "cum_above_floor", "cum_above_floor_ci", "cum_above_floor_positive"]))
     for line in verdicts(diffs):
         print(line)
-    plot(runs, rows, diffs, RESULTS / f"sharing{args.tag}.png")
+    plot(runs, rows, diffs, out_dir / f"sharing{args.tag}.png")
     write_json(f"sharing{args.tag}", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs),
-                                      "runs": [{k: v for k, v in r.items() if k != "curves"} for r in runs]}, RESULTS)
+                                      "runs": [{k: v for k, v in r.items() if k != "curves"} for r in runs]}, out_dir)
 
 
 if __name__ == "__main__":

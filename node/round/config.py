@@ -117,6 +117,15 @@ class SelectConfig(BaseModel):
         "pooled groups (informative ones, in `prefer` order) are taken until their completion tokens reach it "
         "(the last one may cross it). 0 = off: J groups (docs/ARCHITECTURE.md §5)."
     )
+    replay_tokens: int = Field(
+        0, ge=0, le=10_000_000, description="Fill each step with our own earlier informative groups until its "
+        "completion tokens (own, peers' and replayed) reach this many: a node alone training as many tokens as a "
+        "swarm node, on its own data (the solo control of docs/BENCHMARKS.md §13I; fewest replays first, newest "
+        "among equals; each replayed row is weighed against the policy that sampled it, μ). 0 = off."
+    )
+    replay_pool: int = Field(
+        64, ge=1, le=100_000, description="Most of our own informative groups kept for replay (oldest out first)."
+    )
 
 
 class DelayConfig(BaseModel):

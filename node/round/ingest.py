@@ -74,7 +74,8 @@ def ingest_for(parts: RoundParts, records: list[RolloutRecord], now: float | Non
     seen before."""
     return ingest(records, tasks=parts.tasks, cfg=parts.cfg.ingest,
                   own_fingerprint=parts.fingerprint, own_vocab_size=parts.vocab_size,
-                  advantage_mode=parts.cfg.train.advantage, now=now, own=own_model(parts), seen=parts.seen_groups)
+                  advantage_mode=parts.cfg.train.advantage, now=parts.clock() if now is None else now,
+                  own=own_model(parts), seen=parts.seen_groups)
 
 
 def own_model(parts: RoundParts) -> OwnModel:

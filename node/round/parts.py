@@ -14,6 +14,7 @@ or node.heterorl imports node.node.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ class RoundParts:
     federated: Any = None  # node.federated.mode.Federated in federated mode
     hetero: Any = None  # node.heterorl.state's SamplerState / LearnerState for those roles
     distill: Any = None  # node.distill.mode.Distill: a teacher's service, a student's requests (None: neither)
+    # the round's clock (seconds since the epoch): record dates, the ingest horizon, the pool's staleness; a bench
+    # swarm run by rounds (bench.harness.swarm, `twin: rounds`) passes a virtual one so that a run reproduces
+    clock: Callable[[], float] = time.time
 
     @property
     def model(self) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from node.round.align import sender_token_bytes
@@ -17,7 +16,7 @@ def to_records(parts: RoundParts, round_: int, groups: list[Group], prompts: lis
     g = parts.cfg.generation
     model = ModelInfo(name=parts.cfg.model.spec, tokenizer=parts.fingerprint, vocab_size=parts.vocab_size)
     sampling = SamplingInfo(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens)
-    now = time.time()
+    now = parts.clock()
     return [
         RolloutRecord(
             swarm=parts.cfg.swarm.swarm_id,

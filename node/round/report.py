@@ -64,6 +64,7 @@ def round_metrics(parts: RoundParts, out: RoundOutcome, eval_accuracy: float | N
         "eval_size": book.eval_size if eval_accuracy is not None or out.round == 0 else None,
         "groups_local": sel.local,
         "groups_external": sel.external,
+        "groups_replayed": sel.replayed,  # own groups of earlier rounds (select.replay_tokens)
         "groups_published": len(out.local) if out.wire_bytes else 0,
         "groups_received": len(out.gathered.groups),
         "groups_zero_adv": sel.dropped_zero_adv,

@@ -29,6 +29,14 @@ Two more, off by default, for steps that take what a larger swarm offers (docs/A
                  score 1; a kind we have never drawn counts as unsolved) before the rest; (2) higher variance of the group's
                  rewards first (the variance of its advantages before the std normalisation, which
                  makes every informative group's 1); (3) newer first (created_at); ties at random.
+
+One more, off by default, for the solo control at equal trained tokens (docs/BENCHMARKS.md §13I):
+  replay_tokens  after the I own and J peers' groups, our own informative groups of earlier rounds (at most
+                 `replay_pool`, oldest out first) fill the step until its completion tokens reach the
+                 budget: fewest replays first, newest among equals, each taken while the budget's gap is more
+                 than half its tokens (so the step lands nearest the budget, not always above it). A replayed
+                 group keeps the μ it was sampled with, so an off-policy loss (F-TIS) weighs it against the
+                 policy that sampled it. `replay_to` is the budget of the next step (a bench sets it per round).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class Selection:
     local: int
     external: int
     dropped_zero_adv: int
+    replayed: int = 0  # own groups of earlier rounds (select.replay_tokens), at the end of `groups`
 
     @classmethod
     def empty(cls) -> Selection:
@@ -68,6 +77,8 @@ class SapoSelector:
         self.pool: list[Group] = []
         self.own_reward: dict[str, float] = {}  # task kind → recent mean reward of our own groups (prefer: need)
         self.own_solved: dict[str, bool] = {}  # task kind → our latest own group had a full score (prefer: useful)
+        self.replay: list[list] = []  # [times replayed, group]: own informative groups of earlier rounds, oldest first
+        self.replay_to = cfg.replay_tokens  # the next step's budget of completion tokens with replay (0: none)
 
     def add_external(self, groups: list[Group]) -> None:
         self.pool.extend(groups)
@@ -105,7 +116,24 @@ class SapoSelector:
             picked = set(self._pick(take))
         ext = [g for k, g in enumerate(self.pool) if k in picked]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
-        return Selection(own + ext, len(own), len(ext), dropped)
+        again = self._replayed(own + ext) if self.replay_to else []
+        if self.replay_to:
+            self.replay += [[0, g] for g in local if g.informative]
+            del self.replay[: max(0, len(self.replay) - self.cfg.replay_pool)]
+        return Selection(own + ext + again, len(own), len(ext), dropped, len(again))
+
+    def _replayed(self, step: list[Group]) -> list[Group]:
+        """Own groups of earlier rounds that bring the step's completion tokens nearest `replay_to`."""
+        tokens = sum(len(c.token_ids) for g in step for c in g.completions)
+        out = []
+        for entry in sorted(self.replay, key=lambda e: (e[0], -e[1].round)):
+            size = sum(len(c.token_ids) for c in entry[1].completions)
+            if self.replay_to - tokens <= size / 2:
+                break
+            entry[0] += 1
+            tokens += size
+            out.append(entry[1])
+        return out
 
     def _pick(self, take: int) -> list[int]:
         """Indexes of `take` pooled groups in `prefer` order: at random, neediest kinds first (need), or

@@ -15,7 +15,6 @@ decides what kind of round it is.
 from __future__ import annotations
 
 import statistics
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -146,7 +145,8 @@ def verify(parts: RoundParts, tasks: list[Task], gen: GenerationResult, round_: 
     # the version of the weights that actually sampled (vLLM may lag by up to sync_every − 1 steps)
     sampled_by = parts.policy.version if gen.policy_version is None else gen.policy_version
     mode = parts.cfg.train.advantage
-    return [verify_group(parts.tasks, t, comps, mode=mode, round=round_, policy_version=sampled_by)
+    now = parts.clock()
+    return [verify_group(parts.tasks, t, comps, mode=mode, round=round_, policy_version=sampled_by, created_at=now)
             for t, comps in zip(tasks, gen.groups)]
 
 
@@ -174,7 +174,7 @@ def gather(parts: RoundParts) -> Gathered:
     if parts.transport is None:
         return Gathered()
     cfg = parts.cfg
-    horizon = time.time() - cfg.ingest.max_age_s
+    horizon = parts.clock() - cfg.ingest.max_age_s
     too_old = parts.selector.prune(lambda g: g.created_at >= horizon)
     missing = max(0, cfg.select.external_groups - parts.selector.usable())
     wait = cfg.swarm.wait_s if missing and parts.transport.earned() else 0.0

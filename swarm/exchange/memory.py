@@ -7,6 +7,12 @@ fan-in choice and the peer standing of swarm.exchange.inbox, and reads at most `
 entries of a key per poll (a random subset, as the real poll does inside the DHT process), so
 what the unit tests prove about them holds for the real transport. Nothing runs in the
 background: `take` polls, chooses and fetches in the caller's thread.
+
+By rounds (`InMemoryHub(delay_rounds=d)`, the bench's deterministic twin, bench.harness.swarm): the caller
+sets `hub.round` before each round, and what a peer announces or pushes in round r becomes visible to every
+other peer from round r + d (until then the newest older announcement of that signer is what a read finds);
+`take` never waits (nothing can arrive within a round). With a virtual clock and a seeded `rng` for every
+transport, every choice is then a function of the rounds alone, and a run reproduces whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -26,24 +32,48 @@ from swarm.exchange.transport import Delivery, Inbox, InboxFront, Limits, make_b
 class InMemoryHub:
     """A stand-in for the DHT, the peers' served bytes and their direct pushes, shared by one test's transports."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_rounds: int | None = None) -> None:
+        if delay_rounds is not None and delay_rounds < 0:
+            raise ValueError(f"delay_rounds must be >= 0, not {delay_rounds}")
         self._lock = threading.Lock()
-        self._announcements: dict[str, dict[str | None, bytes]] = {}
+        self.delay_rounds = delay_rounds  # None: visible at once (by clock); d: from the round r + d on
+        self.round = 0  # by rounds: the round being run, set by the caller
+        # key → signer → [(round announced, value)], oldest first: the newest one visible is what a read finds
+        self._announcements: dict[str, dict[str | None, list[tuple[int, bytes]]]] = {}
+        self._pushes: list[tuple[int, str, str, bytes]] = []  # by rounds: (due round, to, from, value)
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._gone: set[str] = set()
         self._listeners: dict[str, InMemoryTransport] = {}
 
+    @property
+    def by_rounds(self) -> bool:
+        return self.delay_rounds is not None
+
+    def _visible_from(self) -> int:
+        """The newest round whose announcements and pushes are visible now."""
+        return self.round - (self.delay_rounds or 0)
+
     def announce(self, key: str, signer: str | None, value: bytes) -> None:
         with self._lock:
-            self._announcements.setdefault(key, {})[signer] = value
+            kept = self._announcements.setdefault(key, {}).setdefault(signer, [])
+            kept.append((self.round, value))
+            visible = [k for k, (r, _) in enumerate(kept) if r <= self._visible_from()]
+            del kept[: visible[-1] if visible else 0]  # older than the newest visible: never read again
 
     def serve(self, peer: str, data: bytes) -> None:
         with self._lock:
             self._blobs[(peer, sha256_hex(data))] = data
 
     def announcements(self, key: str) -> dict[str | None, bytes]:
+        """signer → its newest announcement under `key` visible now."""
         with self._lock:
-            return dict(self._announcements.get(key, {}))
+            horizon = self._visible_from() if self.by_rounds else None
+            out = {}
+            for signer, kept in self._announcements.get(key, {}).items():
+                visible = [v for r, v in kept if horizon is None or r <= horizon]
+                if visible:
+                    out[signer] = visible[-1]
+            return out
 
     def fetch(self, peer: str, sha256: str) -> bytes | None:
         with self._lock:
@@ -52,9 +82,19 @@ class InMemoryHub:
     def notify(self, to_peer: str, from_peer: str, value: bytes) -> None:
         """A direct push: the receiver learns the sender's identity from the (authenticated) connection."""
         with self._lock:
+            if self.by_rounds:
+                self._pushes.append((self.round + self.delay_rounds, to_peer, from_peer, value))
+                return
             listener = None if to_peer in self._gone else self._listeners.get(to_peer)
         if listener is not None:
             listener.inbox.offer(value, from_peer, now=listener.clock())
+
+    def due_pushes(self, to_peer: str) -> list[tuple[str, bytes]]:
+        """By rounds: the pushes to `to_peer` due by now, in the order they were made (they leave the hub)."""
+        with self._lock:
+            due = [p for p in self._pushes if p[1] == to_peer and p[0] <= self.round]
+            self._pushes = [p for p in self._pushes if not (p[1] == to_peer and p[0] <= self.round)]
+            return [] if to_peer in self._gone else [(frm, value) for _, _, frm, value in due]
 
     def listen(self, transport: InMemoryTransport) -> None:
         with self._lock:
@@ -72,12 +112,13 @@ class InMemoryTransport(InboxFront):
 
     def __init__(self, hub: InMemoryHub, peer_id: str, swarm_id: str = "rlswarm", limits: Limits | None = None, *,
                  notify_peers: int = 8, poll_interval_s: float = 0.01, clock: Callable[[], float] = time.time,
-                 max_entries_per_key: int = 32):
+                 max_entries_per_key: int = 32, rng: random.Random | None = None):
         self.hub, self.peer_id, self.swarm_id = hub, peer_id, swarm_id
         self.limits = limits or Limits()
         self.notify_peers, self.poll_interval_s, self.clock = notify_peers, poll_interval_s, clock
         self.max_entries_per_key = max_entries_per_key
-        self.inbox = Inbox(self.limits, clock=clock)
+        self.rng = rng or random.Random()  # which entries of a crowded key a poll reads; seeds the inbox's choices
+        self.inbox = Inbox(self.limits, rng=random.Random(self.rng.getrandbits(64)), clock=clock)
         self.reads = 0  # announcement entries read from the hub (what a poll costs)
         self._closed = threading.Event()
         hub.listen(self)
@@ -97,12 +138,14 @@ class InMemoryTransport(InboxFront):
     def poll(self) -> None:
         """Read every recent window's announcements, choose within the fan-in budget, fetch."""
         now, lim = self.clock(), self.limits
+        for signer, value in self.hub.due_pushes(self.peer_id) if self.hub.by_rounds else ():
+            self.inbox.offer(value, signer, now=now)
         with self.inbox.cond:  # a crowded key keeps peers in good standing first (swarm.exchange.polling.pick_entries)
             prefer, avoid = self.inbox.standing.read_order(now)
         for window in windows_back(window_of(now, lim.window_s), lim.max_age_s, lim.window_s):
             for shard in range(lim.shards):
                 entries = list(self.hub.announcements(rollouts_key(self.swarm_id, window, shard)).items())
-                entries = pick_entries(entries, self.max_entries_per_key, random, prefer, avoid)
+                entries = pick_entries(entries, self.max_entries_per_key, self.rng, prefer, avoid)
                 self.reads += len(entries)
                 for signer, value in entries:
                     if signer != self.peer_id:
@@ -117,7 +160,7 @@ class InMemoryTransport(InboxFront):
         started = time.monotonic()
         deadline = started + max(0.0, timeout)
         self.poll()
-        while self.inbox.ready_count() < min_records:
+        while self.inbox.ready_count() < min_records and not self.hub.by_rounds:  # by rounds nothing comes in a round
             if while_earned and not self.inbox.awaited():
                 break
             if time.monotonic() >= deadline:

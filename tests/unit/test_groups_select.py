@@ -149,3 +149,39 @@ def test_prefer_useful_is_not_uniform():
         s = sel.select([_group([1, 0], index=0, config=easy), _group([0, 0], index=1, config=hard)])
         hits += s.groups[0].task.ref.index == 99
     assert hits == 10
+
+
+def _own_round(round_, tokens=10, n=2, informative=True):
+    out = []
+    for i in range(n):
+        g = _sized([1, 0] if informative else [1, 1], "self", 100 * round_ + i, tokens)
+        g.round = round_
+        out.append(g)
+    return out
+
+
+def test_replay_fills_the_step_with_earlier_own_groups_nearest_the_budget():
+    # 2 own groups of 2 × 10 tokens a round; budget 75 → own 40 + replayed 20 (gap 35 > 10) + 20 (gap 15 > 10),
+    # then stop (gap −5): never a group of this round, never one that carries no signal
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=0, replay_tokens=75), seed=0)
+    first = sel.select(_own_round(0) + _own_round(0, informative=False)[:1])
+    assert (first.local, first.replayed) == (2, 0)  # nothing earlier to replay in round 0
+    assert len(sel.replay) == 2  # the uninformative group is not kept
+    s = sel.select(_own_round(1))
+    assert (s.local, s.replayed) == (2, 2) and {g.round for g in s.groups[2:]} == {0}
+    assert sum(len(c.token_ids) for g in s.groups for c in g.completions) == 80
+    s = sel.select(_own_round(2))  # fewest replays first: round 1's groups (0 replays) before round 0's (1 each)
+    assert [g.round for g in s.groups[2:]] == [1, 1]
+    sel.replay_to = 50  # a bench sets the next step's budget: 40 own, gap 10 is not more than half a group
+    assert sel.select(_own_round(3)).replayed == 0
+
+
+def test_replay_pool_is_bounded_oldest_out_and_off_by_default():
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=0, replay_tokens=1000, replay_pool=3), seed=0)
+    for r in range(4):
+        sel.select(_own_round(r))
+    assert len(sel.replay) == 3 and min(e[1].round for e in sel.replay) == 2
+    off = SapoSelector(SelectConfig(local_groups=2, external_groups=0), seed=0)
+    for r in range(3):
+        assert off.select(_own_round(r)).replayed == 0
+    assert off.replay == []

@@ -229,3 +229,39 @@ def test_vet_announcement_binds_signer_window_shard_and_size():
     with pytest.raises(RecordError) as exc:
         vet_announcement(big, "P", limits, now=T0)
     assert exc.value.reason == "bad_announcement"
+
+
+def test_by_rounds_what_is_published_in_round_r_is_visible_from_round_r_plus_delay():
+    clock = Clock()
+    hub = InMemoryHub(delay_rounds=1)
+    t = {n: InMemoryTransport(hub, n, clock=clock) for n in ("A", "B")}
+    t["A"].take(), t["B"].take()
+    t["A"].publish([_record("A", round_=0)])
+    assert t["B"].take(min_records=1, timeout=5.0).records == []  # the same round: not yet, and no waiting
+    hub.round, clock.t = 1, T0 + 10
+    t["B"].publish([_record("B", round_=1)])
+    got = t["B"].take()
+    assert [r.round for r in got.records] == [0]  # round 0's bundle, read from the hub
+    t["A"].publish([_record("A", round_=1, index=1)])
+    _, value, _ = make_bundle("A", [_record("A", round_=1, index=1)], now=clock.t)
+    hub.notify("B", "A", value)  # pushed as well as announced
+    assert t["B"].take().records == []  # round 1's announcement and push wait for round 2
+    assert [r.peer for r in t["A"].take().records] == []
+    hub.round, clock.t = 2, T0 + 20
+    assert [(r.peer, r.round) for r in t["B"].take().records] == [("A", 1)]  # once, though pushed and announced
+    assert [(r.peer, r.round) for r in t["A"].take().records] == [("B", 1)]
+
+
+def test_by_rounds_a_read_finds_the_newest_announcement_already_visible():
+    hub = InMemoryHub(delay_rounds=2)
+    hub.announce("k", "A", b"r0")
+    hub.round = 1
+    hub.announce("k", "A", b"r1")
+    assert hub.announcements("k") == {}
+    hub.round = 2
+    assert hub.announcements("k") == {"A": b"r0"}  # r1 replaces it only once r1 is visible
+    hub.round = 3
+    assert hub.announcements("k") == {"A": b"r1"}
+    assert InMemoryHub().announcements("k") == {}  # by clock: a separate hub, nothing announced
+    with pytest.raises(ValueError):
+        InMemoryHub(delay_rounds=-1)
