@@ -47,7 +47,9 @@ demo-solo: setup
 # wheels for a Linux machine without network (deploy/wheelhouse.py), beside what it already has, from the box itself:
 #   there: python3 -m pip list --format=freeze > box.txt      (and python3 --version, uname -m, ldd --version)
 #   here:  make wheelhouse PRESENT_FROM=box.txt TARGET_PYTHON=3.12 [TARGET_ARCH=aarch64] [TARGET_GLIBC=2.28]
-#   there: python3 -m pip install --no-index --find-links wheelhouse rlswarm-node
+#   there: python3 -m pip install --no-index --find-links wheelhouse --require-hashes -r wheelhouse/requirements.txt
+#          (every file checked against the sha256 requirements.txt pins: an edited wheel is refused, no other version
+#          dropped beside is installed; wheelhouse/INSTALL.txt says the same)
 PRESENT_FROM ?=
 TARGET_PYTHON ?= $(shell $(PY) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null)
 TARGET_ARCH ?= x86_64

@@ -146,12 +146,27 @@ def build_requires(sdist: Path) -> list[str]:
     return declared if declared is not None else ["setuptools>=40.8.0", "wheel"]
 
 
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, as hex (what pip's --hash=sha256: and sha256sum write)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def fetch(url: str, sha256: str | None, dest: Path, cache: Path) -> None:
-    """One file into `dest`, its sha256 checked; kept in `cache` by hash, and taken from there when kept."""
+    """One file into `dest`, its sha256 checked; kept in `cache` by hash, and taken from there when kept and its
+    content still has that hash (re-hashed on every reuse: a kept file that changed is removed and downloaded
+    again)."""
     kept = cache / f"{sha256}-{dest.name}" if sha256 else None
     if kept is not None and kept.is_file():
-        shutil.copyfile(kept, dest)
-        return
+        if sha256_of(kept) == sha256:
+            shutil.copyfile(kept, dest)
+            return
+        kept.unlink()
+        print(f"wheelhouse:   {kept.name} in the cache no longer has the index's sha256: removed, downloading it again",
+              flush=True)
     digest = hashlib.sha256()
     with urllib.request.urlopen(url, timeout=180) as r, open(dest, "wb") as f:
         while block := r.read(1 << 20):
@@ -165,3 +180,27 @@ def fetch(url: str, sha256: str | None, dest: Path, cache: Path) -> None:
     if not url.startswith("file:"):
         cache.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dest, kept)
+
+
+def keep_built(wheel: Path, folder: Path) -> None:
+    """A wheel built here, kept in `folder` for later runs, its sha256 recorded beside it (NAME.sha256)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(wheel, folder)
+    (folder / f"{wheel.name}.sha256").write_text(sha256_of(wheel) + "\n")
+
+
+def reuse_built(folder: Path, into: Path) -> list[str]:
+    """The wheels kept in `folder` (keep_built) copied into `into`, each re-hashed first: one whose sha256 is not the
+    one recorded when it was kept (or that has no record) is removed instead, so it is built again. Returns the
+    names of those removed."""
+    removed = []
+    for wheel in sorted(folder.glob("*.whl")) if folder.is_dir() else []:
+        record = folder / f"{wheel.name}.sha256"
+        recorded = record.read_text().strip() if record.is_file() else None
+        if recorded is not None and sha256_of(wheel) == recorded:
+            shutil.copy(wheel, into)
+            continue
+        wheel.unlink()
+        record.unlink(missing_ok=True)
+        removed.append(wheel.name)
+    return removed

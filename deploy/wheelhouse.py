@@ -4,7 +4,7 @@ it already has (a GPU box or an air-gapped cluster usually has torch, transforme
     on the box:  python3 -m pip list --format=freeze > box.txt
     here:        .venv/bin/python deploy/wheelhouse.py --present-from box.txt [--python-version 3.12]
                      [--arch x86_64|aarch64] [--glibc 2.34] [--out wheelhouse]
-    on the box:  python3 -m pip install --no-index --find-links wheelhouse rlswarm-node
+    on the box:  python3 -m pip install --no-index --find-links wheelhouse --require-hashes -r wheelhouse/requirements.txt
 
 What goes in is what pip on the box would install: pip resolves the project here for the box's Python, CPU
 and C library (manylinux wheels), beside a stand-in of the box's own environment that holds every
@@ -15,10 +15,15 @@ which reasoning-gym requires) built here fits only a box with this machine's Pyt
 its source goes in with the build tools it declares, and pip builds it on the box (a C compiler is needed).
 
 Before it ends it checks the folder the way the box will use it: pip resolves the project again from the
-folder alone (`--no-index`, no pip configuration) beside the same stand-in. The folder also gets
-`requirements.txt` (what it holds, pinned) and `INSTALL.txt` (the command for the box). Progress is printed
-step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default ~/.cache/rlswarm/wheels),
-and wheels built here under its built*/ (a later run takes those before a newer source-only release).
+folder alone (`--no-index`, no pip configuration) beside the same stand-in, with the box's command. The folder
+also gets `requirements.txt` (every distribution the box installs, pinned `==`, with the sha256 of each of its
+files: the box's command, `--require-hashes -r` it, refuses a file edited in the folder and installs no other
+version dropped beside), `SHA256SUMS` (every file, for `sha256sum -c`) and `INSTALL.txt` (the command for the
+box). Progress is printed step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default
+~/.cache/rlswarm/wheels), and wheels built here under its built*/ with their sha256 recorded (a later run takes
+those before a newer source-only release). Whatever is taken from there is hashed again first: a download whose
+hash is no longer the index's is downloaded again, a built wheel that no longer has its recorded hash is built
+again.
 """
 
 from __future__ import annotations
@@ -41,7 +46,18 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from boxpip import Box, Missing, build_requires, fetch, is_pure, requires_dist, tail  # noqa: E402
+from boxpip import (  # noqa: E402
+    Box,
+    Missing,
+    build_requires,
+    fetch,
+    is_pure,
+    keep_built,
+    requires_dist,
+    reuse_built,
+    sha256_of,
+    tail,
+)
 
 PROJECT = "rlswarm-node"
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,21 +118,22 @@ def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: P
         wheel = next(w for w in wheels.glob("*.whl") if parse_wheel_filename(w.name)[:2] == (name, version))
         if is_pure(wheel.name) or fits_here:
             shutil.copy(wheel, built)
-            kept = cache / ("built" if is_pure(wheel.name) else f"built-{HERE_TAG}")
-            kept.mkdir(parents=True, exist_ok=True)
-            shutil.copy(wheel, kept)
+            keep_built(wheel, cache / ("built" if is_pure(wheel.name) else f"built-{HERE_TAG}"))
             say(f"  {name} {version}: built here into {wheel.name}")
         else:
             sources[str(name)] = (str(version), requires_dist(wheel), sdist)
             say(f"  {name} {version}: a C extension; its source goes in and the box builds it (needs a C compiler)")
 
 
-def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[dict], dict, list[str]]:
-    """The report items of what the box needs, the sources it builds, and the build tools those declare."""
+def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[dict], list[dict], dict]:
+    """The report items of what the box needs, those of the build tools its sources declare, and the sources
+    it builds."""
     ours = str(next(built.glob("rlswarm_node-*.whl")))
     fits_here = box.python == HERE and box.arch == platform.machine()
-    for kept in [*(cache / "built").glob("*.whl"), *((cache / f"built-{HERE_TAG}").glob("*.whl") if fits_here else [])]:
-        shutil.copy(kept, built)  # wheels an earlier run built here from sources: pure, or for this Python and CPU
+    # wheels an earlier run built here from sources (pure, or for this Python and CPU), each hashed again first
+    for kept in [cache / "built", *([cache / f"built-{HERE_TAG}"] if fits_here else [])]:
+        for name in reuse_built(kept, built):
+            say(f"  {name}, built by an earlier run, no longer has the sha256 recorded for it: removed, built again")
     present = {n: (v, []) for n, v in box.present.items() if n != canonicalize_name(PROJECT)}
     sources: dict[str, tuple[str, list[str], Path]] = {}
     say(f"looking for what is published only as source ({time.perf_counter() - started:.0f} s)")
@@ -136,10 +153,11 @@ def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[di
     else:
         raise RuntimeError("20 passes and still a distribution with no wheel: giving up")
     tools = sorted({r for _, _, sdist in sources.values() for r in build_requires(sdist)})
+    tool_items = []
     if tools:  # pip builds those on the box in an environment of their own that holds only their build tools
         say(f"resolving the build tools of {' '.join(sources)}: {' '.join(tools)}")
-        items += box.resolve(tools, {}, [built])
-    return items, sources, tools
+        tool_items = box.resolve(tools, {}, [built])
+    return items, tool_items, sources
 
 
 def collect(items: list[dict], sources: dict, out: Path, cache: Path) -> dict[str, str]:
@@ -165,15 +183,53 @@ def collect(items: list[dict], sources: dict, out: Path, cache: Path) -> dict[st
     return dict(sorted(held.items()))
 
 
-def write_notes(out: Path, held: dict[str, str], args: argparse.Namespace, present: dict[str, str]) -> None:
+def install_command(out: Path) -> str:
+    """What the box runs, from the folder that holds `out`: the pinned, hashed requirements and nothing else."""
+    return f"python3 -m pip install --no-index --find-links {out.name} --require-hashes -r {out.name}/requirements.txt"
+
+
+def _files_of(out: Path) -> dict[tuple[str, Version], list[Path]]:
+    """(canonical name, version) → the wheels and source archives `out` holds for it."""
+    files: dict[tuple[str, Version], list[Path]] = {}
+    for p in sorted(out.iterdir()):
+        if p.name.endswith(".whl"):
+            name, version = parse_wheel_filename(p.name)[:2]
+        elif p.name.endswith(SOURCE):
+            name, version = parse_sdist_filename(p.name)
+        else:
+            continue
+        files.setdefault((canonicalize_name(name), version), []).append(p)
+    return files
+
+
+def write_notes(out: Path, held: dict[str, str], args: argparse.Namespace, present: dict[str, str],
+                tools: frozenset[str] = frozenset()) -> None:
+    """requirements.txt (what the box installs: `held` but the build tools `tools` names, each pinned with the
+    sha256 of its files here), SHA256SUMS (every file) and INSTALL.txt (the box's command)."""
+    files, lines = _files_of(out), []
+    for name, version in held.items():
+        if name in tools:  # pip installs those only into the isolated environment that builds a source
+            continue
+        got = files.get((canonicalize_name(name), Version(version)))
+        if not got:
+            raise RuntimeError(f"{name} {version} is held but no file of it is in {out}/")
+        lines.append(f"{name}=={version}" + "".join(f" \\\n    --hash=sha256:{sha256_of(p)}" for p in got) + "\n")
+    (out / "requirements.txt").write_text("".join(lines))
+    (out / "SHA256SUMS").write_text("".join(f"{sha256_of(p)}  {p.name}\n" for ps in files.values() for p in ps))
     sources = sorted(p.name for p in out.iterdir() if p.name.endswith(SOURCE))
-    (out / "requirements.txt").write_text("".join(f"{n}=={v}\n" for n, v in held.items()))
-    (out / "INSTALL.txt").write_text(
-        f"{PROJECT} for a Linux {args.arch} box with Python {args.python_version} and glibc {args.glibc} or newer,\n"
-        f"beside the {len(present)} distributions {Path(args.present_from).name} lists; {len(held)} are held here.\n"
-        f"On the box, with the Python whose `pip list` that was:\n"
-        f"    python3 -m pip install --no-index --find-links {out.name} {PROJECT}\n"
-        + (f"pip builds these there from source (a C compiler is needed): {' '.join(sources)}\n" if sources else ""))
+    text = (f"{PROJECT} for a Linux {args.arch} box with Python {args.python_version} and glibc {args.glibc} or newer,\n"
+            f"beside the {len(present)} distributions {Path(args.present_from).name} lists; {len(held)} are held here.\n"
+            f"On the box, with the Python whose `pip list` that was, from the folder that holds {out.name}/:\n"
+            f"    {install_command(out)}\n"
+            f"pip installs only what requirements.txt pins, each file checked against its sha256 there: a file\n"
+            f"changed in the folder is refused, another version dropped beside is not installed.\n")
+    if sources:
+        text += (f"pip builds these there from source (a C compiler is needed): {' '.join(sources)}\n"
+                 f"pip checks no hash of the build tools it installs to build them ({' '.join(sorted(tools))}), and\n"
+                 f"takes their newest version in the folder: first check that every file is the one written here,\n"
+                 f"    (cd {out.name} && sha256sum -c SHA256SUMS)\n"
+                 f"and that the folder holds no other wheel or archive.\n")
+    (out / "INSTALL.txt").write_text(text)
 
 
 class Parser(argparse.ArgumentParser):
@@ -216,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():  # an earlier run's files would mislead the box's pip
-        if old.is_file() and old.name.endswith((".whl", ".txt", *SOURCE)):
+        if old.is_file() and (old.name.endswith((".whl", ".txt", *SOURCE)) or old.name == "SHA256SUMS"):
             old.unlink()
     started = time.perf_counter()
     cache = Path(os.environ.get("SWARM_CACHE_DIR", "~/.cache/rlswarm")).expanduser() / "wheels"
@@ -230,20 +286,24 @@ def main(argv: list[str] | None = None) -> int:
         if made.returncode != 0:
             return fail(f"could not build {PROJECT}'s wheel: {tail(made.stderr)}", code=1)
         try:
-            items, sources, tools = resolve(box, built, cache, started)
-            held = collect(items, sources, out, cache)
-            write_notes(out, held, args, present)
-            say(f"checking the folder as the box will use it: pip resolves {PROJECT} from it alone (--no-index)")
+            items, tool_items, sources = resolve(box, built, cache, started)
+            held = collect(items + tool_items, sources, out, cache)
+            runtime = {canonicalize_name(i["metadata"]["name"]) for i in items} | set(map(canonicalize_name, sources))
+            write_notes(out, held, args, present, frozenset(held) - runtime)
+            say(f"checking the folder as the box will use it: pip resolves {PROJECT} from it alone (--no-index), "
+                f"every file checked against requirements.txt's sha256 (--require-hashes)")
             installed = {n: (v, []) for n, v in present.items() if n != canonicalize_name(PROJECT)}
-            box.resolve([PROJECT], installed | {n: (v, r) for n, (v, r, _) in sources.items()}, [out], offline=True)
-            if tools:
-                box.resolve(tools, {}, [out], offline=True)
+            box.resolve(["--require-hashes", "-r", str(out / "requirements.txt")],
+                        installed | {n: (v, r) for n, (v, r, _) in sources.items()}, [out], offline=True)
+            if tool_items:
+                box.resolve([f"{i['metadata']['name']}=={i['metadata']['version']}" for i in tool_items], {}, [out],
+                            offline=True)
         except RuntimeError as exc:
             return fail(str(exc), code=1)
     size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     say(f"{len(held)} distributions in {out}/ ({size / 2**20:.1f} MiB) for Python {args.python_version} on linux "
         f"{args.arch}, in {time.perf_counter() - started:.0f} s. Copy the folder to the box, then there: "
-        f"python3 -m pip install --no-index --find-links {out.name} {PROJECT}")
+        f"{install_command(out)}")
     return 0
 
 

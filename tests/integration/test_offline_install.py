@@ -1,7 +1,8 @@
 """The offline install as a real box does it (README, "A GPU box without network"): a box whose transformers
 and peft are not .venv's lists what it has; the wheelhouse is built here from that list (PyPI is needed for
-this part); the box installs the project from the folder alone (`--no-index`, no pip configuration) and runs
-a node for two rounds with a LoRA adapter.
+this part); the box installs the project from the folder alone with INSTALL.txt's command (`--no-index
+--require-hashes -r wheelhouse/requirements.txt`, no pip configuration) and runs a node for two rounds with a
+LoRA adapter.
 
 What the box varies: transformers 4.57.6 and peft 0.17.1 (older releases the project's requirements
 admit; huggingface_hub, tokenizers and the rest follow them). Such a box lacks pydantic and rich, which
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,8 +42,10 @@ def _canon(name: str) -> str:
 
 
 def listed(text: str) -> dict[str, str]:
-    """`pip list --format=freeze` (or requirements.txt) → canonical name → version."""
-    return {_canon(n): v for n, v in (ln.split("==", 1) for ln in text.splitlines() if "==" in ln)}
+    """`pip list --format=freeze` (or requirements.txt, its --hash lines joined to their entry) → canonical name →
+    version."""
+    lines = text.replace("\\\n", " ").splitlines()
+    return {_canon(n): v.split()[0] for n, v in (ln.split("==", 1) for ln in lines if "==" in ln)}
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +82,14 @@ def test_a_box_with_other_transformers_and_peft_installs_offline_and_runs_a_node
     assert not [f for f in files if f.endswith((".tar.gz", ".zip"))], files  # this Python: all built here
     for name in SOURCE_ONLY:
         assert any(f.startswith(f"{name.replace('-', '_')}-") and f.endswith("-py3-none-any.whl") for f in files), name
-    assert "--no-index --find-links wheelhouse rlswarm-node" in (tmp_path / "wheelhouse" / "INSTALL.txt").read_text()
+    notes = (tmp_path / "wheelhouse" / "INSTALL.txt").read_text()
+    command = next(ln.strip() for ln in notes.splitlines() if ln.strip().startswith("python3 -m pip install"))
+    assert command.endswith("--no-index --find-links wheelhouse --require-hashes -r wheelhouse/requirements.txt")
+    entries = (tmp_path / "wheelhouse" / "requirements.txt").read_text().replace("\\\n", " ").splitlines()
+    assert entries and all("==" in e and " --hash=sha256:" in e for e in entries), entries
 
     offline = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # the folder alone: no index, no configured links
-    got = sh(python, "-m", "pip", "install", "--no-index", "--find-links", tmp_path / "wheelhouse", "rlswarm-node",
-             env=offline, cwd=tmp_path)
+    got = sh(python, *shlex.split(command)[1:], env=offline, cwd=tmp_path)  # the box's command, from beside the folder
     assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
     after = listed(sh(python, "-m", "pip", "list", "--format=freeze").stdout)
     assert {n: after.get(n) for n in had} == had  # the box's own distributions untouched

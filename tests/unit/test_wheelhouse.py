@@ -1,10 +1,18 @@
 """deploy/wheelhouse.py and deploy/boxpip.py without the network: the box's list, bad input, tags, source
-archives, the stand-in environment and the box's markers (pip run offline on a folder of stub wheels)."""
+archives, the stand-in environment and the box's markers (pip run offline on a folder of stub wheels); the
+hashes: the box's command (INSTALL.txt's, run by pip offline) refuses a wheel edited in the folder and
+installs no higher version dropped beside, and the build side's cache is hashed again before it is reused."""
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib.util
 import io
+import os
+import platform
+import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -125,3 +133,133 @@ def test_the_makefile_passes_what_the_box_has():
     old = subprocess.run(["make", "-n", "wheelhouse", "PRESENT=torch transformers peft"], cwd=ROOT, capture_output=True,
                          text=True)
     assert old.returncode != 0 and "PRESENT_FROM" in old.stderr
+
+
+def _notes(out: Path, held: dict[str, str], tools: frozenset[str] = frozenset()) -> None:
+    args = argparse.Namespace(arch="x86_64", python_version=wheelhouse.HERE, glibc="2.34", present_from="box.txt")
+    if tools:
+        wheelhouse.write_notes(out, held, args, {"torch": "2.13.0"}, tools)
+    else:  # the call as it was before the build tools were told apart
+        wheelhouse.write_notes(out, held, args, {"torch": "2.13.0"})
+
+
+def _stub_wheelhouse(tmp_path: Path) -> Path:
+    """A wheelhouse as deploy/wheelhouse.py leaves it, of stub wheels: rlswarm-node 1.0 needs lib>=2."""
+    out = tmp_path / "wheelhouse"
+    out.mkdir()
+    _stub_wheel(out, "rlswarm_node", "1.0", ["lib>=2"])
+    _stub_wheel(out, "lib", "2.0", [])
+    _notes(out, {"lib": "2.0", "rlswarm-node": "1.0"})
+    return out
+
+
+def _box_installs(out: Path, target: Path) -> subprocess.CompletedProcess:
+    """INSTALL.txt's command as the box runs it (python3 → this Python, into `target`), from the folder holding `out`."""
+    line = next(ln.strip() for ln in (out / "INSTALL.txt").read_text().splitlines()
+                if ln.strip().startswith("python3 -m pip install"))
+    argv = [sys.executable, *shlex.split(line)[1:], "--target", str(target), "--quiet"]
+    return subprocess.run(argv, cwd=out.parent, capture_output=True, text=True,
+                          env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+
+
+def test_the_box_command_installs_what_requirements_pin_with_their_hashes(tmp_path):
+    out = _stub_wheelhouse(tmp_path)
+    got = _box_installs(out, tmp_path / "site")
+    assert got.returncode == 0, got.stderr
+    assert sorted(p.name for p in (tmp_path / "site").glob("*.dist-info")) == ["lib-2.0.dist-info",
+                                                                               "rlswarm_node-1.0.dist-info"]
+    req = (out / "requirements.txt").read_text()
+    for wheel in out.glob("*.whl"):
+        assert f"--hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}" in req, wheel.name
+    assert "--require-hashes -r wheelhouse/requirements.txt" in (out / "INSTALL.txt").read_text()
+    checked = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == 2, checked.stdout
+
+
+def test_a_wheel_edited_in_the_wheelhouse_is_refused_at_install(tmp_path):
+    out = _stub_wheelhouse(tmp_path)
+    with zipfile.ZipFile(out / "lib-2.0-py3-none-any.whl", "a") as z:
+        z.writestr("lib.py", "import os; os.system('echo owned')\n")
+    got = _box_installs(out, tmp_path / "site")
+    assert got.returncode != 0 and "DO NOT MATCH THE HASHES" in got.stderr, got.stderr
+    assert not (tmp_path / "site" / "lib.py").exists()
+
+
+def test_a_higher_version_dropped_beside_is_not_installed(tmp_path):
+    out = _stub_wheelhouse(tmp_path)
+    _stub_wheel(out, "lib", "3.0", [])
+    got = _box_installs(out, tmp_path / "site")
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "site" / "lib-2.0.dist-info").is_dir() and not (tmp_path / "site" / "lib-3.0.dist-info").exists()
+
+
+def test_the_wheelhouse_own_check_runs_the_box_command_and_refuses_an_edited_wheel(tmp_path):
+    out = _stub_wheelhouse(tmp_path)
+    box = boxpip.Box(wheelhouse.HERE, platform.machine(), 34, {}, tmp_path / "work")
+    roots = ["--require-hashes", "-r", str(out / "requirements.txt")]
+    assert sorted(i["metadata"]["name"] for i in box.resolve(roots, {}, [out], offline=True)) == ["lib", "rlswarm_node"]
+    with zipfile.ZipFile(out / "rlswarm_node-1.0-py3-none-any.whl", "a") as z:
+        z.writestr("node.py", "")
+    with pytest.raises(RuntimeError, match="HASHES"):
+        box.resolve(roots, {}, [out], offline=True)
+
+
+def test_build_tools_are_hashed_in_sha256sums_not_installed_on_the_box(tmp_path):
+    out = tmp_path / "wheelhouse"
+    out.mkdir()
+    _stub_wheel(out, "rlswarm_node", "1.0", ["pycosat"])
+    _stub_wheel(out, "setuptools", "80.0", [])
+    _sdist(out / "pycosat-0.6.6.tar.gz", None)
+    _notes(out, {"pycosat": "0.6.6", "rlswarm-node": "1.0", "setuptools": "80.0"}, frozenset({"setuptools"}))
+    req = (out / "requirements.txt").read_text()
+    assert "pycosat==0.6.6" in req and "setuptools" not in req
+    sums = (out / "SHA256SUMS").read_text()
+    assert {ln.split()[1] for ln in sums.splitlines()} == {p.name for p in out.iterdir() if p.name.endswith(("whl", "gz"))}
+    notes = (out / "INSTALL.txt").read_text()
+    assert "pycosat-0.6.6.tar.gz" in notes and "sha256sum -c SHA256SUMS" in notes and "(setuptools)" in notes
+
+
+def test_a_kept_download_is_hashed_again_before_it_is_reused(tmp_path):
+    good = tmp_path / "lib-2.0-py3-none-any.whl"
+    good.write_bytes(b"the index's file")
+    sha = hashlib.sha256(good.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f"{sha}-{good.name}").write_bytes(b"edited after it was kept")
+    dest = tmp_path / "out" / good.name
+    dest.parent.mkdir()
+    boxpip.fetch(good.as_uri(), sha, dest, cache)
+    assert dest.read_bytes() == b"the index's file"  # downloaded again, not the edited copy
+    assert not (cache / f"{sha}-{good.name}").exists()
+
+
+def test_a_wheel_built_by_an_earlier_run_is_hashed_again_before_it_is_reused(tmp_path):
+    """resolve() hands pip the wheels earlier runs built from sources: only those that still have the sha256
+    recorded when they were kept (NAME.sha256 beside them); any other is removed, so it is built again."""
+    made = tmp_path / "made"
+    made.mkdir()
+    for name in ("varint", "zss", "cellpylib"):
+        _stub_wheel(made, name, "1.0", [])
+    kept = tmp_path / "cache" / "built"
+    kept.mkdir(parents=True)
+    for wheel in made.glob("*.whl"):
+        shutil.copy(wheel, kept)
+        (kept / f"{wheel.name}.sha256").write_text(hashlib.sha256(wheel.read_bytes()).hexdigest() + "\n")
+    with zipfile.ZipFile(kept / "zss-1.0-py3-none-any.whl", "a") as z:
+        z.writestr("zss.py", "")
+    (kept / "cellpylib-1.0-py3-none-any.whl.sha256").unlink()  # kept without a record: never trusted
+
+    class Box:  # what resolve() shows pip: the wheels in `built` when it first asks
+        python, arch, present, seen = wheelhouse.HERE, platform.machine(), {}, None
+
+        def resolve(self, roots, installed, links, offline=False, sources_too=False):
+            self.seen = self.seen or sorted(p.name for p in links[0].glob("*.whl"))
+            return []
+
+    built = tmp_path / "built"
+    built.mkdir()
+    _stub_wheel(built, "rlswarm_node", "1.0", [])
+    box = Box()
+    wheelhouse.resolve(box, built, tmp_path / "cache", 0.0)
+    assert box.seen == ["rlswarm_node-1.0-py3-none-any.whl", "varint-1.0-py3-none-any.whl"]
+    assert sorted(p.name for p in kept.glob("*.whl")) == ["varint-1.0-py3-none-any.whl"]
