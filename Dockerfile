@@ -38,9 +38,17 @@ RUN pip install ${PIP_ARGS} --no-deps --force-reinstall .
 
 FROM ${BASE_IMAGE}
 ENV PYTHONUNBUFFERED=1 PATH=/opt/rlswarm/bin:$PATH SWARM_CACHE_DIR=/cache HF_HOME=/cache/hf
+# a user of its own, never root (uid and gid 10001); the mount points are its own, so a new named volume compose
+# mounts there starts owned by it (Docker copies the mount point's owner into an empty volume); /identity is its alone
+RUN groupadd --system --gid 10001 rlswarm \
+    && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/rlswarm rlswarm \
+    && mkdir -p /cache /runs /shared /identity && chown 10001:10001 /cache /runs /shared /identity \
+    && chmod 700 /identity
 COPY --from=build /opt/rlswarm /opt/rlswarm
 WORKDIR /app
 COPY examples examples
-# no VOLUME: docker-compose.yml mounts named volumes at /cache, /runs and /shared (nothing anonymous is left behind)
+# no VOLUME: docker-compose.yml mounts named volumes at /cache, /runs, /shared and /identity (nothing anonymous is
+# left behind)
 EXPOSE 31337 9100
+USER 10001:10001
 ENTRYPOINT ["swarm"]

@@ -63,9 +63,11 @@ test: setup vllm-setup browser
 	$(MAKE) test-vllm
 
 # bootstrap + 2 nodes + Prometheus + dashboard under docker compose, on the running Docker engine or one it starts
-# (root) and stops again; local stand-in base images where the public ones cannot be pulled (tests/compose)
+# (root) and stops again; local stand-in base images where the public ones cannot be pulled (tests/compose).
+# docker-compose.yml refuses to start without GRAFANA_ADMIN_PASSWORD: the test gets a random one unless one is set.
 test-compose: setup
-	SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
+	GRAFANA_ADMIN_PASSWORD="$${GRAFANA_ADMIN_PASSWORD:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(18))')}" \
+	  SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
 
 # On a CUDA machine, in the Python environment that has the project and a CUDA torch (GPU_PY; no setup,
 # no network): every test marked gpu (tests/gpu), a 2-node lab swarm on the one GPU, `bench/speed/gpu.py --quick`.

