@@ -113,7 +113,7 @@ class Prom:
         )
         self.wire_bytes = Counter("swarm_wire_bytes_total", "Bytes published", lab, registry=r)
         self.refused = Counter("swarm_refused_total", "Streams refused, bundles declined and announced addresses not "
-                               "dialled (<handler>:<why>, served:repeat, dial:<why>)", lab + ["what"], registry=r)
+                               "dialled (<protocol>:<why>, served:repeat, dial:<why>)", lab + ["what"], registry=r)
         self.gossip = Counter("swarm_gossip_messages_total", "Gossiped announcements: received, offered (valid and "
                               "new), published, publish_failures", lab + ["what"], registry=r)
         self.pubsub = Gauge("swarm_gossip_running", "1 while announcements travel by gossip (pubsub running), 0 on "

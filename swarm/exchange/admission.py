@@ -1,7 +1,8 @@
 """How many streams of one kind a node handles at once, and for whom (docs/PROTOCOL.md §6.5).
 
 Any peer may open streams to a node, and identities are free, so every stream handler admits a
-stream before it reads a byte of it: at most `per_peer` at once from one peer, at most `total` at
+stream before it reads a byte of it, in a pool of its own libp2p protocol (never shared with another protocol's,
+whatever the handlers are called): at most `per_peer` at once from one peer, at most `total` at
 once from everyone, of which peers not in good standing (swarm.exchange.standing) hold at most half — so
 however many identities open streams, the peers whose bundles this node uses keep half the
 handler. A stream not admitted is closed at once and counted (`refused`). Serving adds a book of
@@ -92,15 +93,18 @@ class ServedBook:
 
 class DownloadSlots:
     """Bundle downloads in flight, pulled and pushed together: at most `n`, of which peers not in good standing
-    hold at most half, and one peer at most `per_peer`. A pushed bundle waits for a slot at most a few
-    seconds (the pusher's stream is open meanwhile); a pull we chose waits as long as it takes. Runs on the
-    transport's event loop."""
+    hold at most half, and one peer at most `per_peer` — the streams a publisher admits from one requester
+    (Admission), so a pull never opens a stream its publisher would refuse (counted `fetch_failed`, and the
+    publisher backed off). A pushed bundle waits for a slot at most a few seconds (the pusher's stream is open
+    meanwhile) and is declined at once when the pusher already holds `per_peer`; a pull we chose waits as long as
+    it takes, for the peer's own slots too. Runs on the transport's event loop."""
 
     def __init__(self, n: int, is_good: Callable[[str], bool], per_peer: int = 2):
         self._all = asyncio.Semaphore(n)
         self._strangers = asyncio.Semaphore(max(1, n // 2))
         self.per_peer, self.is_good = per_peer, is_good
-        self._by_peer: Counter = Counter()
+        self._by_peer: Counter = Counter()  # slots each peer holds or has reserved
+        self._freed = asyncio.Condition()  # a peer's slot was given back
 
     @asynccontextmanager
     async def hold(self, peer: str, wait_s: float | None = None) -> AsyncIterator[bool]:
@@ -108,19 +112,20 @@ class DownloadSlots:
         if wait_s is not None and self._by_peer[peer] >= self.per_peer:
             yield False
             return
+        if wait_s is None:
+            async with self._freed:
+                await self._freed.wait_for(lambda: self._by_peer[peer] < self.per_peer)
+        self._by_peer[peer] += 1  # reserved at once: no other pull of this peer passes the check meanwhile
         stranger = not self.is_good(peer)
         held: list[asyncio.Semaphore] = []
         try:
-            for sem in ([self._strangers] if stranger else []) + [self._all]:
-                await asyncio.wait_for(sem.acquire(), wait_s)
-                held.append(sem)
-        except asyncio.TimeoutError:
-            for sem in held:
-                sem.release()
-            yield False
-            return
-        self._by_peer[peer] += 1
-        try:
+            try:
+                for sem in ([self._strangers] if stranger else []) + [self._all]:
+                    await asyncio.wait_for(sem.acquire(), wait_s)
+                    held.append(sem)
+            except asyncio.TimeoutError:
+                yield False
+                return
             yield True
         finally:
             self._by_peer[peer] -= 1
@@ -128,6 +133,8 @@ class DownloadSlots:
                 del self._by_peer[peer]
             for sem in held:
                 sem.release()
+            async with self._freed:
+                self._freed.notify_all()
 
 
 class StreamGuards:
@@ -137,13 +144,17 @@ class StreamGuards:
                  total: int = TOTAL_STREAMS):
         self.is_good, self.per_peer, self.total = is_good, per_peer, total
         self.served = ServedBook(max_age_s=max_age_s)
-        self.admissions: dict[str, Admission] = {}  # handler name → its admission
+        self.admissions: dict[str, Admission] = {}  # libp2p protocol id → its admission
 
-    def admitted(self, handler: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-        """`handler(info, reader, writer)` behind its own Admission: a stream not admitted is closed unread."""
-        admission = self.admissions.setdefault(
-            getattr(handler, "__name__", repr(handler)),
-            Admission(per_peer=self.per_peer, total=self.total, is_good=self.is_good))
+    def admitted(self, protocol: str, handler: Callable[..., Awaitable[None]],
+                 is_good: Callable[[str], bool] | None = None) -> Callable[..., Awaitable[None]]:
+        """`handler(info, reader, writer)` behind the Admission of its libp2p `protocol` (one pool per protocol, never
+        shared with another's): a stream not admitted is closed unread. `is_good`: who counts as in good standing for
+        this protocol (default: the exchange's standing)."""
+        admission = self.admissions.get(protocol)
+        if admission is None:
+            admission = self.admissions[protocol] = Admission(per_peer=self.per_peer, total=self.total,
+                                                               is_good=is_good or self.is_good)
 
         async def guarded(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with admission.admit(info.peer_id.to_base58()) as ok:
@@ -154,7 +165,7 @@ class StreamGuards:
         return guarded
 
     def refused(self) -> Counter:
-        """Streams refused, by "<handler>:<why>", and bundles declined to a requester that had them (served)."""
+        """Streams refused, by "<protocol>:<why>", and bundles declined to a requester that had them (served)."""
         out = Counter({f"{name}:{why}": n for name, a in self.admissions.items() for why, n in a.refused.items()})
         if self.served.refused:
             out["served:repeat"] = self.served.refused

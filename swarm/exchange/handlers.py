@@ -29,12 +29,14 @@ class StreamHandlers:
         self._guards = StreamGuards(self.inbox.is_good, max_age_s=self.cfg.max_age_s)
         for name, handler in ((wire.HANDLER_NAME, self._handle_stream), (wire.NOTIFY_NAME, self._handle_notify),
                               (wire.PUSH_NAME, self._handle_push), (wire.INFO_NAME, self._handle_info)):
-            await self._p2p.add_binary_stream_handler(name, self.admitted(handler))
+            await self._p2p.add_binary_stream_handler(name, self.admitted(name, handler))
 
-    def admitted(self, handler):
-        """`handler` (a stream handler) behind the admission of its protocol: streams beyond the per-peer and total
-        bounds are closed before a byte is read (swarm.exchange.admission; extensions: swarm.weights.hivemind)."""
-        return self._guards.admitted(handler)
+    def admitted(self, protocol: str, handler, is_good=None):
+        """`handler` (a stream handler) behind the admission of its libp2p `protocol`: streams beyond the per-peer
+        and total bounds are closed before a byte is read (swarm.exchange.admission; extensions:
+        swarm.weights.hivemind, swarm.exchange.scoring). `is_good`: who is in good standing for it (default the
+        exchange's standing)."""
+        return self._guards.admitted(protocol, handler, is_good)
 
     def served_to(self, requester: str, sha256: str) -> bool:
         """Whether to serve `requester` the bundle `sha256` now (it had it at most once before: swarm.exchange.admission)."""
@@ -71,5 +73,5 @@ class StreamHandlers:
             writer.close()
 
     def refused_streams(self):
-        """Streams refused by admission, by "<handler>:<why>", and bundles declined to repeat requesters."""
+        """Streams refused by admission, by "<protocol>:<why>", and bundles declined to repeat requesters."""
         return self._guards.refused()

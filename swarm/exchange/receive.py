@@ -38,7 +38,7 @@ class Delivery:
     waited_s: float = 0.0  # how long this call waited
     standing: dict[str, int] = field(default_factory=dict)  # peers seen by state: good / new / backoff (swarm.exchange.standing)
     backed_off: dict[str, str] = field(default_factory=dict)  # a few backed-off peers → the cause of their last failure
-    # what the transport refused since the last take: streams not admitted ("<handler>:<why>"), bundles declined to
+    # what the transport refused since the last take: streams not admitted ("<protocol>:<why>"), bundles declined to
     # a requester that had them ("served:repeat"), announced addresses not dialled ("dial:<scope|waiting|rate>")
     refused: Counter = field(default_factory=Counter)
     # how announcements travel (swarm.exchange.gossip.GossipReport): {"transport": "gossip" | "dht", …}; {} in memory

@@ -70,11 +70,13 @@ class HivemindWeights:
         transport.run_on_loop(self._start(), transport.cfg.startup_timeout_s)
 
     async def _start(self) -> None:
-        await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME, self.transport.admitted(self._handle))
+        await self.transport.p2p.add_binary_stream_handler(WEIGHTS_NAME,
+                                                           self.transport.admitted(WEIGHTS_NAME, self._handle))
         self._handlers = [WEIGHTS_NAME]
         self._background = [self.transport.spawn(self._refresh_forever())]
         if self.follow:
-            await self.transport.p2p.add_binary_stream_handler(NOTIFY_NAME, self.transport.admitted(self._handle_notify))
+            await self.transport.p2p.add_binary_stream_handler(
+                NOTIFY_NAME, self.transport.admitted(NOTIFY_NAME, self._handle_notify))
             self._handlers.append(NOTIFY_NAME)
             self._background.append(self.transport.spawn(self._poll_forever()))
 

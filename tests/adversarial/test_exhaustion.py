@@ -38,6 +38,7 @@ from protocols.records import (
     TaskRef,
 )
 from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange import wire
 from swarm.exchange.hivemind import HivemindTransport
 from swarm.exchange.receive import Delivery, decoded_bytes
 from tests.integration.conftest import peer_config
@@ -212,7 +213,7 @@ def test_stalled_pushes_of_one_peer_leave_download_slots_for_everyone_else(peers
     # before: eight stalled pushes held every slot, and the client's push waited until its own timeout
     assert answer == "ok" and took < 10, (answer, took)
     refused = victim.refused_streams()
-    assert refused["_handle_push:per_peer"] >= 6, refused
+    assert refused[f"{wire.PUSH_NAME}:per_peer"] >= 6, refused
     stalled.cancel()
 
 
@@ -231,4 +232,4 @@ def test_a_requester_is_served_a_bundle_at_most_twice(peers):
     assert Counter(got + again)["ok"] <= 2, Counter(got + again)
     assert fair == ["ok"]  # another requester is served as before
     refused = publisher.refused_streams()
-    assert refused["_handle_stream:per_peer"] >= 1 and refused["served:repeat"] >= 1, refused
+    assert refused[f"{wire.HANDLER_NAME}:per_peer"] >= 1 and refused["served:repeat"] >= 1, refused
