@@ -10,7 +10,7 @@ functions, the shared inputs, the tokenizer-agnostic behaviour view and the metr
 losses.base and the family modules, and are imported here on first use. losses.registry maps names to
 (config class, function) and builds them; losses.plugin resolves the user's own objects by import path;
 losses.imitation (`train.imitate`) and losses.peer_floor (`train.peer_token_floor`) wrap any loss, and so does
-losses.distill (on-policy distillation: a teacher's per-token reverse KL added to the reward advantage).
+losses.distill (on-policy distillation: a teacher's per-token reverse KL added to the reward advantage, bounded).
 """
 
 from __future__ import annotations

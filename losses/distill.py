@@ -52,13 +52,26 @@ Departures, all ours:
   distillation write-up).
 - λ is a plain number per step; `linear_lambda` is the schedule helper (linear from `start` to
   `end` over `steps`, then constant), which the caller evaluates each round.
-Metrics: `distill_kl` (mean d_t over the scored own tokens: the per-token reverse-KL estimate),
-`distill_scored_share` (scored own tokens / own tokens), `distill_lambda`.
+Bounds (ours, TeacherBounds; a teacher's values cannot be re-verified, docs/ARCHITECTURE.md §4). On every
+row, in this order: each token's gap d (d_c on a chunk's tokens) is clipped to ±`token` nats
+(`distill.max_token_gap`, 10); a row whose Σ_t |d_t| exceeds `completion` nats (`distill.max_completion_gap`,
+100) has its gaps scaled down to that total; then the sign guard, a dual clip on the row's combined
+advantage: a row with A_i > 0 whose teacher part Σ_t τ_t (τ_t = −λ·d_t) is below −A_i·|y_i| has τ scaled so the
+row's Σ_t (A_i + τ_t) is 0, and likewise a row with A_i < 0 whose Σ τ is above |A_i|·|y_i| — so the teacher
+alone never turns a rewarded answer into one the step pushes down, nor a failed one into one it pushes up,
+while a group of equal rewards (A_i = 0) keeps the teacher's signal within the two clips. With
+`train.peer_token_floor` set, the term gives no gradient to own tokens whose π_old is below it (losses/peer_floor.py
+`floor_tokens`; span as `train.peer_floor_span`). Where no bound binds, τ_t is exactly −λ·d_t.
+Metrics: `distill_kl` (mean d_t over the scored own tokens, before the bounds: the per-token reverse-KL
+estimate), `distill_scored_share` (scored own tokens / own tokens), `distill_lambda`, and what the bounds took:
+`distill_clipped_share` (scored tokens whose gap was clipped), `distill_capped_share` and `distill_guarded_share`
+(rows with a score whose total was scaled, whose sign the guard kept).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -72,6 +85,10 @@ from losses.base import (
     reduce_tokens,
     safe_exp,
 )
+from losses.peer_floor import floor_tokens
+
+MAX_TOKEN_GAP = 10.0  # nats: |log π_old − log π_T| of one token at most (node.distill.config repeats the defaults)
+MAX_COMPLETION_GAP = 100.0  # nats: Σ_t |log π_old − log π_T| of one completion at most
 
 
 def linear_lambda(step: int, *, start: float, end: float, steps: int) -> float:
@@ -108,38 +125,89 @@ def chunk_gap(gap: Tensor, scored: Tensor, chunk: Tensor | None) -> Tensor:
     return torch.where(scored, sums.gather(1, idx), gap)
 
 
-def distill_advantages(inputs: LossInputs, lam: float) -> Tensor:
-    """A_t [B, T] = A_i − λ·(log π_old − log π_T) on scored own tokens, A_i elsewhere (no gradient)."""
+@dataclass(frozen=True)
+class TeacherBounds:
+    """What a teacher's values can do to one row (module docstring, "Bounds"): the per-token gap within ±`token`
+    nats, the completion's Σ_t |gap| within `completion` nats, the sign guard, and (`floor` > 0) no gradient of the teacher's term
+    on our tokens whose π_old < floor (`span` rest: nor on later tokens of the row), as train.peer_token_floor
+    does to peers' rows (losses/peer_floor.py)."""
+
+    token: float = MAX_TOKEN_GAP
+    completion: float = MAX_COMPLETION_GAP
+    floor: float = 0.0
+    span: str = "rest"
+    guard: bool = True  # the sign guard (no config turns it off; UNBOUNDED does, for tests of the bare estimator)
+
+    def __post_init__(self) -> None:
+        if not (self.token > 0 and self.completion > 0):
+            raise ValueError(f"the teacher's gap bounds must be > 0, not {self.token!r} and {self.completion!r}")
+        if not 0 <= self.floor < 1 or self.span not in ("rest", "token"):
+            raise ValueError(f"floor must lie in [0, 1) and span be rest or token, not {self.floor!r}, {self.span!r}")
+
+
+UNBOUNDED = TeacherBounds(token=float("inf"), completion=float("inf"), guard=False)  # the bare estimator (tests)
+
+
+def teacher_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds()
+                       ) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """(τ [B, T] the teacher's part of each token's advantage, −λ·d with every bound applied, 0 off the scored own
+    tokens; the scored mask; counts of what the bounds took). No gradient."""
     scored = teacher_mask(inputs)
-    adv = inputs.advantages.detach().float()[:, None].expand(scored.shape)
+    stats = {"clipped": 0.0, "capped": 0.0, "guarded": 0.0, "rows": float(scored.any(dim=1).sum())}
     if not bool(scored.any()):
-        return adv.clone()
-    gap = inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float()
-    gap = chunk_gap(torch.where(scored, gap, 0.0), scored, inputs.teacher_chunk)
-    return torch.where(scored, adv - lam * gap, adv)
+        return torch.zeros(scored.shape, device=scored.device), scored, stats
+    gap = torch.where(scored, inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float(), 0.0)
+    gap = chunk_gap(gap, scored, inputs.teacher_chunk)
+    stats["clipped"] = float((scored & (gap.abs() > bounds.token)).sum())
+    gap = torch.where(scored, gap.clamp(-bounds.token, bounds.token), 0.0)
+    total = gap.abs().sum(dim=1)  # Σ_t |d_t| of each row
+    cap = torch.where(total > bounds.completion, bounds.completion / total.clamp(min=1e-30), 1.0)
+    stats["capped"] = float((cap < 1).sum())
+    tau = -lam * gap * cap[:, None]
+    # the sign guard: the row's Σ_t (A_i + τ_t) keeps A_i's sign (or reaches 0), whatever the teacher says
+    adv = inputs.advantages.detach().float()
+    room = adv.abs() * (inputs.mask != 0).sum(dim=1).float()  # |A_i|·|y_i|: what the teacher may take back
+    push = tau.sum(dim=1)
+    against = (((adv > 0) & (push < -room)) | ((adv < 0) & (push > room))) & bounds.guard
+    stats["guarded"] = float(against.sum())
+    tau = tau * torch.where(against, room / push.abs().clamp(min=1e-30), 1.0)[:, None]
+    return tau, scored, stats
 
 
-def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = "seq") -> tuple[Tensor, dict]:
+def distill_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds()) -> Tensor:
+    """A_t [B, T] = A_i + τ_t (teacher_advantages) on scored own tokens, A_i elsewhere (no gradient)."""
+    tau, scored, _ = teacher_advantages(inputs, lam, bounds)
+    adv = inputs.advantages.detach().float()[:, None].expand(scored.shape)
+    return torch.where(scored, adv + tau, adv)
+
+
+def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = "seq",
+                 bounds: TeacherBounds = TeacherBounds()) -> tuple[Tensor, dict]:
     """(L_distill, metrics) of the module docstring for one (micro-)batch."""
+    tau, scored, stats = teacher_advantages(inputs, lam, bounds)
+    if bounds.floor > 0:  # our tokens below the floor (and, span rest, after one) keep their values, lose the push
+        inputs, _ = floor_tokens(inputs, bounds.floor, bounds.span, ~inputs.is_external)
     view = behaviour_view(inputs)
-    scored = teacher_mask(inputs)
     own = view.valid & ~inputs.is_external[:, None]
-    gap = torch.zeros_like(view.m)  # d_t on scored tokens, 0 elsewhere
+    gap = torch.zeros_like(view.m)  # d_t on scored tokens, 0 elsewhere (the KL estimate, before any bound)
     if bool(scored.any()):
-        teacher = torch.where(scored, inputs.logp_teacher.detach().float(), 0.0)
-        gap = torch.where(scored, inputs.logp_old.detach().float() - teacher, 0.0)
+        gap = torch.where(scored, inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float(), 0.0)
     ratio = safe_exp(view.log_ratio_old)  # R = π_θ/π_old (grad), 1 in value on the round's first step
-    per_token, _ = clipped_surrogate(ratio, -lam * chunk_gap(gap, scored, inputs.teacher_chunk), eps, eps)
+    per_token, _ = clipped_surrogate(ratio, tau.to(ratio.device), eps, eps)
     term = reduce_tokens(per_token * scored, view, norm)
-    n_scored, n_own = float(scored.sum()), float(own.sum())
+    n_scored, n_own, rows = float(scored.sum()), float(own.sum()), stats["rows"]
     metrics = {"distill_kl": float(gap[scored].mean()) if n_scored else 0.0,
-               "distill_scored_share": n_scored / n_own if n_own else 0.0, "distill_lambda": float(lam)}
+               "distill_scored_share": n_scored / n_own if n_own else 0.0, "distill_lambda": float(lam),
+               "distill_clipped_share": stats["clipped"] / n_scored if n_scored else 0.0,
+               "distill_capped_share": stats["capped"] / rows if rows else 0.0,
+               "distill_guarded_share": stats["guarded"] / rows if rows else 0.0}
     return term, metrics
 
 
-def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq"):
+def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds: TeacherBounds = TeacherBounds()):
     """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0). `lam` is a number, or a
-    callable giving the current λ at each call (a schedule the caller moves, e.g. with `linear_lambda`)."""
+    callable giving the current λ at each call (a schedule the caller moves, e.g. with `linear_lambda`); `bounds`
+    what a teacher's values can do (TeacherBounds)."""
     if not callable(lam):
         if lam < 0:
             raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
@@ -152,7 +220,7 @@ def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq"):
         now = float(lam()) if callable(lam) else lam
         if now < 0:
             raise ValueError(f"the distillation coefficient must be >= 0, not {now!r}")
-        term, metrics = distill_term(inputs, now, eps, norm)
+        term, metrics = distill_term(inputs, now, eps, norm, bounds)
         return LossOutputs(out.loss + term, {**out.metrics, **metrics})
 
     fn.needs_reference = getattr(loss_fn, "needs_reference", False)

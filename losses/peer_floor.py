@@ -43,7 +43,9 @@ This is this project's own departure from F-TIS and from SAPO, not either paper'
 "useful even if off-policy", and filters only whole negative-advantage rows by a sequence KL; SAPO
 trains a peer's rows as on-policy. Here, on peers' rows of either sign, the tokens the floor takes get
 weight 0 whatever π_θ/μ is — by the node's own probability of the token, never by the sender's μ,
-which is a claim. Metric: `floored_share_external`, the share of peers' tokens in the step that the
+which is a claim. A teacher is a peer too: with the floor set, the distillation term (losses/distill.py) gives
+no gradient to the node's own tokens below it either (`floor_tokens` on its own rows), so a teacher's values
+move only tokens the node would plausibly write. Metric: `floored_share_external`, the share of peers' tokens in the step that the
 floor took the gradient from.
 """
 
@@ -58,17 +60,22 @@ import torch
 from losses.base import LossInputs, LossOutputs
 
 
-def floor_peer_tokens(inputs: LossInputs, floor: float, span: str = "rest") -> tuple[LossInputs, torch.Tensor]:
-    """(inputs with sg(log π_θ) on the peers' tokens the floor takes, those tokens as a [B, T] bool mask).
+def floor_tokens(inputs: LossInputs, floor: float, span: str, rows: torch.Tensor) -> tuple[LossInputs, torch.Tensor]:
+    """(inputs with sg(log π_θ) on the tokens of `rows` ([B] bool) the floor takes, those tokens as a [B, T] mask).
 
     span "token": each token whose π_old < floor; "rest": that token and every later one of its row.
     """
     valid = inputs.mask != 0
-    low = valid & inputs.is_external[:, None].to(valid.device) & (inputs.logp_old.detach() < math.log(floor))
+    low = valid & rows[:, None].to(valid.device) & (inputs.logp_old.detach() < math.log(floor))
     if span == "rest":
         low = valid & (torch.cumsum(low.to(torch.int32), dim=1) > 0)
     logp = torch.where(low, inputs.logp.detach(), inputs.logp)
     return dataclasses.replace(inputs, logp=logp), low
+
+
+def floor_peer_tokens(inputs: LossInputs, floor: float, span: str = "rest") -> tuple[LossInputs, torch.Tensor]:
+    """floor_tokens on the peers' rows: what the wrapped loss may not push (module docstring)."""
+    return floor_tokens(inputs, floor, span, inputs.is_external)
 
 
 def with_peer_floor(loss_fn, floor: float, span: str = "rest"):

@@ -10,16 +10,20 @@ A completion carries the requester's token ids (packed like a record's, docs/PRO
 request names the requester's tokenizer fingerprint and vocab size) or, for a teacher of another
 tokenizer, how many UTF-8 bytes of `text` each requester token produced (`token_bytes`, as in a
 record): the byte lengths of the requester's decoded token strings, from which the teacher cuts
-those strings back out of the text (node.distill.score.pieces_of_token_bytes). The response names
+those strings back out of the text (node.distill.score.pieces_of_token_bytes). A request may mix the two;
+`tokenizer` and `vocab_size` are there exactly when some completion carries ids (else `schema`). The response names
 the request by the sha256 of its bytes and holds, per completion in order, one log-probability per
-requester token, or an empty array when the teacher could not align that completion.
+requester token, or an empty array when the teacher could not align that completion, and, when some
+completion went the byte path, `chunks`: per completion the requester tokens in each chunk of text both
+tokenizations end at (empty for one token a chunk; a non-empty entry for a completion sent as ids is
+`wrong_request`).
 
 Both messages are decoded under caps checked before the work they guard (ScoreCaps: compressed and
 decompressed bytes, completions, tokens of the whole request, characters per string), with the
 record codec's framing and parser (protocols.codec: one zstd frame, msgpack without ext types,
 objects counted while parsing). Maps are exact: a missing or unknown key is `schema`. Drop reasons
 are those of records (docs/PROTOCOL.md §8.1) plus `wrong_request`, a response naming another
-request.
+request (or, by its chunks, answering another kind of request).
 """
 
 from __future__ import annotations
@@ -231,6 +235,8 @@ def decode_score_request(data: bytes, caps: ScoreCaps = DEFAULT_SCORE_CAPS) -> S
             if int(nb.sum(dtype=np.int64)) != len(text.encode("utf-8")):
                 raise RecordError("schema", "token_bytes do not add up to the text's UTF-8 length")
             completions.append(ScoreCompletion(text, token_bytes=tuple(nb.tolist())))
+    if with_ids and all(c.token_ids is None for c in completions):
+        raise RecordError("schema", "tokenizer and vocab_size in a request without token ids")
     return ScoreRequest(swarm=_get(d, "swarm", str, "request"), prompt=_text(d, "prompt", "request", caps),
                         completions=tuple(completions), temperature=temperature, tokenizer=tokenizer,
                         vocab_size=vocab)
@@ -263,11 +269,13 @@ def decode_score_response(data: bytes, request: ScoreRequest, request_sha256: st
         if a.size and (not np.all(np.isfinite(a)) or float(a.max()) > _LOGPROB_SLACK or float(a.min()) < MIN_LOGPROB):
             raise RecordError("bad_logprob", f"log-probabilities must be finite, <= 0 and >= {MIN_LOGPROB:g}")
         out.append(tuple(np.minimum(a, 0.0).tolist()))
-    return ScoreResponse(request=request_sha256, logprobs=tuple(out), chunks=_chunks(d, out))
+    return ScoreResponse(request=request_sha256, logprobs=tuple(out), chunks=_chunks(d, out, request))
 
 
-def _chunks(d: dict, values: list[tuple[float, ...]]) -> tuple[tuple[int, ...], ...] | None:
-    """The response's chunk lengths, each array empty or ≥ 1 per chunk adding up to its completion's values."""
+def _chunks(d: dict, values: list[tuple[float, ...]], request: ScoreRequest) -> tuple[tuple[int, ...], ...] | None:
+    """The response's chunk lengths, each array empty or ≥ 1 per chunk adding up to its completion's values; empty
+    for every completion the request sent as token ids (one token a chunk: else `wrong_request`, the answer to a
+    byte-path request, whose chunks would sum the gap of many tokens onto each)."""
     if "chunks" not in d:
         return None
     raw = _get(d, "chunks", list, "response")
@@ -281,4 +289,6 @@ def _chunks(d: dict, values: list[tuple[float, ...]]) -> tuple[tuple[int, ...], 
         if n.size and (not lps or int(n.min()) < 1 or int(n.sum()) != len(lps)):
             raise RecordError("length_mismatch", "chunk lengths do not add up to the completion's values")
         out.append(tuple(n.tolist()))
+    if any(n and c.token_ids is not None for n, c in zip(out, request.completions)):
+        raise RecordError("wrong_request", "chunks for a completion sent as token ids")
     return tuple(out)

@@ -5,9 +5,13 @@ Torch-free, so that validating a node's YAML imports neither torch nor the round
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_PEER_ID = re.compile(r"[0-9A-Za-z]{1,128}")  # a libp2p peer id (base58) or an in-memory twin's ("n1")
+_LOCAL_NODE = re.compile(r"node:[\w.-]{1,64}")  # `swarm local` resolves it to that node's peer id
 
 
 class DistillConfig(BaseModel):
@@ -15,10 +19,12 @@ class DistillConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     teachers: list[str] = Field(
-        default_factory=list, max_length=16, description="Peers this node asks to score its own completions: peer "
-        "ids, or model names a peer's records carry. A teacher's scores cannot be re-verified, so only these count. "
-        "Empty: no distillation. A teacher of another tokenizer is not fit for use yet: it harmed every measured "
-        "student (docs/BENCHMARKS.md §12E).")
+        default_factory=list, max_length=16, description="Peers this node asks to score its own completions, by "
+        "peer id only (what a peer's records say about themselves, their model name included, never selects a "
+        "teacher; an id not listed here is never asked), in turn if several. `swarm local` also takes "
+        "`node:<name>`, a node of the same run, and writes its peer id in. A teacher's scores cannot be "
+        "re-verified, so only these count. Empty: no distillation. A teacher of another tokenizer is not fit for "
+        "use yet: it harmed every measured student (docs/BENCHMARKS.md §12E).")
     coef: float = Field(1.0, ge=0, le=100.0, description="λ: each scored token's advantage gets −λ·(log π_old − "
                         "log π_teacher) added to the reward advantage (losses/distill.py).")
     coef_end: float | None = Field(None, ge=0, le=100.0, description="λ after `coef_rounds` rounds (linear from "
@@ -26,6 +32,13 @@ class DistillConfig(BaseModel):
     coef_rounds: int = Field(0, ge=0, le=10_000_000, description="Rounds over which λ moves from coef to coef_end.")
     wait_s: float = Field(10.0, gt=0, le=600.0, description="The most a round waits for its teacher's answer; a "
                           "later answer is dropped (`late`) and the round trains on the reward alone.")
+    max_token_gap: float = Field(10.0, gt=0, le=1e4, description="The most one token's gap |log π_old − log "
+                                 "π_teacher| may count, in nats: beyond it the gap is clipped (losses/distill.py).")
+    max_completion_gap: float = Field(100.0, gt=0, le=1e6, description="The most a completion's gaps may count in all "
+                                      "(Σ over its tokens of |log π_old − log π_teacher|, nats, after max_token_gap): "
+                                      "beyond it they are scaled down to it. Whatever the teacher says, it never "
+                                      "turns the sign of an answer's advantage: that is a fixed guard, not a setting "
+                                      "(losses/distill.py).")
     send_ids: bool = Field(True, description="Send our token ids to a teacher of our tokenizer (its scores are then "
                            "of exactly our tokens); false: always the byte path, as to a teacher of another tokenizer "
                            "(a diagnostic: docs/BENCHMARKS.md §12E).")
@@ -35,16 +48,42 @@ class DistillConfig(BaseModel):
         "its text we score: `requester`, ours of each of its tokens alone, concatenated, and our EOS where its "
         "completion ended — the events it sampled (with one tokenizer this gives exactly the id path's values); "
         "`canonical`, ours of the whole text (docs/BENCHMARKS.md §12E).")
-    serve_tokens_per_s: float = Field(4000.0, gt=0, le=1e9, description="What serving may compute: tokens fed to "
-                                      "the model per second, on average (a token bucket).")
+    serve_tokens_per_s: float = Field(4000.0, gt=0, le=1e9, description="What serving may compute: positions of its "
+                                      "forward passes per second (padding included), on average (token buckets).")
     serve_burst_s: float = Field(10.0, gt=0, le=3600.0, description="The bucket holds this many seconds of "
                                  "serve_tokens_per_s: the most one burst of requests may use.")
-    serve_share: float = Field(0.5, gt=0, le=1.0, description="The most of the budget one requester may use "
-                               "(its own bucket at this share of the rate and of the burst).")
-    serve_max_tokens: int = Field(16384, ge=16, le=1 << 20, description="The most tokens one request may make this "
-                                  "node score (prompt and completion, its own tokenization, all completions).")
+    serve_students: list[str] = Field(
+        default_factory=list, max_length=256, description="Requesters this node serves from a part of its own, by "
+        "peer id: an equal part each of (1 − serve_stranger_share) of the budget, which no other requester can "
+        "use. Every other requester is a stranger (node/distill/serve.py).")
+    serve_stranger_share: float = Field(0.25, ge=0, lt=1.0, description="The part of the budget all strangers share "
+                                        "(requesters not in serve_students), however many identities they use; all "
+                                        "of it when serve_students is empty.")
+    serve_share: float = Field(0.5, gt=0, le=1.0, description="The most of the strangers' part one stranger may use "
+                               "(its own bucket at this share of that part's rate and burst).")
+    serve_max_tokens: int = Field(16384, ge=16, le=1 << 20, description="The most one request may make this node "
+                                  "compute: positions of its forward passes, padding included (rows × (prompt + "
+                                  "longest completion), its own tokenization); a request over it is refused "
+                                  "(`over_budget`).")
     max_request_bytes: int = Field(1 << 20, ge=1024, le=4 << 20, description="The largest score request or answer, "
                                    "compressed (below hivemind's 4 MiB message cap).")
+
+    @field_validator("teachers")
+    @classmethod
+    def _teacher_ids(cls, value: list[str]) -> list[str]:
+        for t in value:
+            if not (_PEER_ID.fullmatch(t) or _LOCAL_NODE.fullmatch(t)):
+                raise ValueError(f"{t[:80]!r} is not a peer id: teachers are named by peer id only (a record's "
+                                 "model name never selects one); `swarm local` also takes node:<name>")
+        return value
+
+    @field_validator("serve_students")
+    @classmethod
+    def _student_ids(cls, value: list[str]) -> list[str]:
+        for t in value:
+            if not _PEER_ID.fullmatch(t):
+                raise ValueError(f"{t[:80]!r} is not a peer id (serve_students names requesters by peer id)")
+        return value
 
     @model_validator(mode="after")
     def _end_needs_rounds(self) -> DistillConfig:

@@ -3,14 +3,15 @@ requests, the score stream they share, and λ of the round.
 
 `build_distill(node)` returns None when the node neither serves nor names teachers. The round
 (node.round.loop.run_round) calls `ask` after sampling, `collect` before selection and `served` for the
-metrics line; the node wraps its loss with losses.distill.with_distillation reading `coef`.
+metrics line; the node wraps its loss with losses.distill.with_distillation reading `coef`, under `bounds`
+(`teacher_bounds`: the distill section's clips and train.peer_token_floor).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from losses.distill import linear_lambda
+from losses.distill import TeacherBounds, linear_lambda
 from node.distill.config import DistillConfig
 from node.distill.serve import ScoreBudget, ScoreService, Teacher
 from node.distill.student import Asked, Student
@@ -20,8 +21,10 @@ from protocols.score import ScoreCaps
 class Distill:
     """The distillation parts of one node (module docstring)."""
 
-    def __init__(self, cfg: DistillConfig, link, student: Student | None, service: ScoreService | None):
+    def __init__(self, cfg: DistillConfig, link, student: Student | None, service: ScoreService | None,
+                 bounds: TeacherBounds = TeacherBounds()):
         self.cfg, self.link, self.student, self.service = cfg, link, student, service
+        self.bounds = bounds  # what a teacher's values can do to this node's loss (losses.distill)
         self.coef = cfg.coef  # λ of the current round (losses.distill reads it through the node's loss)
 
     def ask(self, round_: int, groups: list, prompts: list[str]) -> Asked | None:
@@ -32,12 +35,11 @@ class Distill:
         self.coef = linear_lambda(round_, start=self.cfg.coef, end=end, steps=self.cfg.coef_rounds)
         return self.student.ask(round_, groups, prompts)
 
-    def collect(self, asked: Asked | None, peer_models: dict[str, str]) -> dict[str, Any]:
-        """The answers onto the groups; the student's metrics (peer_models: peer → model its records name)."""
-        if self.student is None:
+    def collect(self, asked: Asked | None) -> dict[str, Any]:
+        """The answers onto the groups; the student's metrics."""
+        if self.student is None or asked is None:
             return {}
-        self.student.note_peers(peer_models)
-        return self.student.collect(asked) if asked is not None else {}
+        return self.student.collect(asked)
 
     def served(self) -> dict[str, Any]:
         """What this node's service answered since the last round (nothing for a node that does not serve)."""
@@ -51,11 +53,24 @@ class Distill:
         self.link.close()
 
 
+def teacher_bounds(cfg) -> TeacherBounds:
+    """What a teacher's values can do to the loss of a node of config `cfg` (a NodeConfig): the `distill` clips and
+    the peer floor of `train` (losses.distill.TeacherBounds)."""
+    return TeacherBounds(token=cfg.distill.max_token_gap, completion=cfg.distill.max_completion_gap,
+                         floor=cfg.train.peer_token_floor, span=cfg.train.peer_floor_span)
+
+
 def build_distill(node) -> Distill | None:
     """The node's Distill (module docstring), on its transport: the in-memory twin or hivemind."""
     cfg: DistillConfig = node.cfg.distill
     if not (cfg.serve or cfg.student) or node.transport is None:
         return None
+    unresolved = [t for t in cfg.teachers if t.startswith("node:")]
+    if unresolved:
+        from node.config import ConfigError
+
+        raise ConfigError(f"distill.teachers: {unresolved[0]} names a node of a `swarm local` run, which only "
+                          "`swarm local` resolves; give this node its teacher's peer id")
     from swarm.exchange.memory import InMemoryTransport
     from swarm.exchange.scoring import HivemindScoreLink, MemoryScoreLink
 
@@ -65,11 +80,12 @@ def build_distill(node) -> Distill | None:
     swarm_id = node.cfg.swarm.swarm_id
     service = student = None
     if cfg.serve:
+        budget = ScoreBudget(cfg.serve_tokens_per_s, cfg.serve_burst_s, cfg.serve_share, students=cfg.serve_students,
+                             stranger_share=cfg.serve_stranger_share)
         service = ScoreService(Teacher(node.model, node.tokenizer, node.fingerprint, node.policy.lock), swarm_id,
-                               ScoreBudget(cfg.serve_tokens_per_s, cfg.serve_burst_s, cfg.serve_share), caps=caps,
-                               max_tokens=cfg.serve_max_tokens, split=cfg.score_split)
-        link.serve(service.answer)
+                               budget, caps=caps, max_tokens=cfg.serve_max_tokens, split=cfg.score_split)
+        link.serve(service.answer, cfg.serve_students)
     if cfg.student:
         student = Student(cfg, link, swarm_id=swarm_id, tokenizer=node.tokenizer, fingerprint=node.fingerprint,
                           vocab_size=node.vocab_size, temperature=node.cfg.generation.temperature, caps=caps)
-    return Distill(cfg, link, student, service)
+    return Distill(cfg, link, student, service, teacher_bounds(node.cfg))

@@ -1,9 +1,10 @@
 """A student's side of on-policy distillation: each round, its own completions to a named teacher, the answers
 onto its own groups.
 
-    choose    the teacher of the round: among the peers `distill.teachers` names — by peer id, or by a model
-              name the peer's records carry (learned from the records this node received) — one per round, in
-              turn. A teacher's scores cannot be re-verified, so no other peer is ever asked or believed.
+    choose    the teacher of the round: among the peers `distill.teachers` names, by peer id, one per round, in
+              turn (the node's own id left out). Nothing a peer sends selects a teacher — not its records, nor the
+              model name they carry — and no peer outside the list is ever asked or believed: a teacher's scores
+              cannot be re-verified.
     ask       right after the round's own groups are sampled (before peers' groups are gathered, so the teacher
               scores while the round gathers): one score request per own group (protocols.score: the prompt,
               the completion texts and our token ids — or, for a teacher that refused our tokenizer
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LOST = "\ufffd"  # what decoding puts for bytes that are no UTF-8 text: the text no longer holds the tokens sampled
-_PEER_ID = re.compile(r"[1-9A-HJ-NP-Za-km-z]{1,128}")  # base58: what a peer id is written in
 
 
 @dataclass
@@ -79,22 +78,12 @@ class Student:
                  temperature: float, caps: ScoreCaps):
         self.cfg, self.link, self.swarm_id, self.tokenizer = cfg, link, swarm_id, tokenizer
         self.fingerprint, self.vocab_size, self.temperature, self.caps = fingerprint, vocab_size, temperature, caps
-        self.models: dict[str, str] = {}  # peer → the model its records name
         self.bytes_only: set[str] = set()  # teachers that refused our token ids (another tokenizer)
         self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())  # tokens that produce no text
 
-    def note_peers(self, models: dict[str, str]) -> None:
-        """Remember which model each peer's records name, for the peers `distill.teachers` names (by peer id or by
-        model) only: what any number of identities send cannot grow this book beyond the teachers named."""
-        named = set(self.cfg.teachers)
-        self.models.update({p: m for p, m in models.items() if m and (m in named or p in named)})
-
     def teachers(self) -> list[str]:
-        """The peers `distill.teachers` names among those whose records this node has seen (by peer id or by
-        model); while it has seen none of them, the entries that can be peer ids (base58), as peer ids."""
-        named = set(self.cfg.teachers)
-        known = {p for p, m in self.models.items() if m in named or p in named}
-        return sorted((known or {t for t in named if _PEER_ID.fullmatch(t)}) - {self.link.peer_id})
+        """The peers `distill.teachers` names, by peer id, in its order, without this node itself."""
+        return [t for t in dict.fromkeys(self.cfg.teachers) if t != self.link.peer_id]
 
     def ask(self, round_: int, groups: list[Group], prompts: list[str]) -> Asked:
         candidates = self.teachers()
@@ -143,6 +132,16 @@ class Student:
             start += n
         return out
 
+    def _values(self, values, chunks: list[int] | None, completion) -> list[float | None] | None:
+        """One completion's teacher values as the group keeps them: None when the teacher gave none, or, on the
+        byte path (`chunks`), when the text lost sampled bytes (LOST); byte-path values with our special tokens left
+        unscored (`_text_only`); id-path values as they came."""
+        if not values:
+            return None
+        if chunks is None:
+            return list(values)
+        return None if LOST in completion.text else self._text_only(values, chunks, completion.token_ids)
+
     def collect(self, asked: Asked) -> dict:
         """Wait (until distill.wait_s after the requests left) for the answers; their values onto the groups."""
         drops = Counter(asked.drops)
@@ -166,8 +165,7 @@ class Student:
                 drops[exc.reason] += 1
                 continue
             chunks = [list(c) if c else None for c in (resp.chunks or [()] * len(resp.logprobs))]
-            p.group.teacher_logps = [None if not lp or (c is not None and LOST in comp.text) else list(lp) if c is None
-                                     else self._text_only(lp, c, comp.token_ids)
+            p.group.teacher_logps = [self._values(lp, c, comp)
                                      for lp, c, comp in zip(resp.logprobs, chunks, p.group.completions)]
             p.group.teacher_chunks = chunks
             used += 1

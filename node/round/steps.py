@@ -125,11 +125,6 @@ def by_peer(records: list, groups: list[Group], peer_drops: dict[str, Counter]) 
     return out
 
 
-def peer_models(gathered: Gathered) -> dict[str, str]:
-    """peer → the model its records of this round name (display only; a student names teachers by it)."""
-    return {peer: tally.model for peer, tally in gathered.by_peer.items() if tally.model}
-
-
 def sample(parts: RoundParts, round_: int, tasks: list[Task] | None = None) -> Sample:
     """`tasks` (default: the round's B tasks from our task source) → prompts → G completions each → verified
     groups tagged with `round_`."""

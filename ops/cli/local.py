@@ -64,6 +64,7 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         names.append(name)
         roles.append(role)
     hetero = role_sets(roles, names, bases, Path(args.out)) if set(roles) != {"full"} else [[] for _ in configs]
+    teachers = teacher_sets(bases, names, user_sets, Path(args.out))
     plan = []
     for i, (path, base, name) in enumerate(zip(configs, bases, names)):
         shared = configs.count(path) > 1
@@ -80,14 +81,44 @@ def _node_plan(args) -> list[tuple[str, str, NodeConfig, list[str]]]:
         if roles[i] == "sampler" and "learner" in roles or _serves_only(base, bases):  # as long as others need it
             sets.append(f"rounds={SAMPLER_ROUNDS}")
             rounds = None
-        extra = [a for s in sets + user_sets for a in ("--set", s)]
-        cfg = load_config(path, _as_overrides(sets + user_sets, rounds))
+        sets_i = sets + user_sets + teachers[i]  # after the user's: the peer ids of `node:<name>` teachers
+        extra = [a for s in sets_i for a in ("--set", s)]
+        cfg = load_config(path, _as_overrides(sets_i, rounds))
         plan.append((name, path, cfg, extra + (["--rounds", str(rounds)] if rounds is not None else [])))
     if getattr(args, "control", False):  # one config: node 0's control; one per node: each node's
         nodes = range(len(configs)) if len(set(configs)) > 1 else [0]
         plan += [_control(args, configs[i], bases[i], names[i] if len(nodes) > 1 else bases[0].name, user_sets,
                           len(configs) + len(nodes)) for i in nodes]
     return plan
+
+
+def teacher_sets(bases: list[NodeConfig], names: list[str], user_sets: list[str], out: Path) -> list[list[str]]:
+    """Per node, the --set items that make `distill.teachers: [node:<name>]` the peer id of that node of this run:
+    the named node gets an identity file (its config's `swarm.identity_path`, else OUT/<name>/identity.key, created
+    now) so its peer id is known before it starts, and the student its id. A name no node of the run has is a
+    ConfigError."""
+    override = parse_sets(user_sets).get("distill.teachers")
+    wanted = [list(override) if isinstance(override, list) else b.distill.teachers for b in bases]
+    local = {t.removeprefix("node:") for ts in wanted for t in ts if t.startswith("node:")}
+    out_sets: list[list[str]] = [[] for _ in bases]
+    if not local:
+        return out_sets
+    from swarm.net.identity import load_or_create_identity, peer_id_of_key  # hivemind: only when needed
+
+    ids = {}
+    for name in sorted(local):
+        if name not in names:
+            raise ConfigError(f"distill.teachers: node:{name} names no node of this run (its nodes: {', '.join(names)})")
+        j = names.index(name)
+        path = Path(bases[j].swarm.identity_path or out / name / "identity.key")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ids[name] = peer_id_of_key(load_or_create_identity(path)[0])
+        out_sets[j].append(f"swarm.identity_path={path}")
+    for i, ts in enumerate(wanted):
+        if any(t.startswith("node:") for t in ts):
+            resolved = [ids[t.removeprefix("node:")] if t.startswith("node:") else t for t in ts]
+            out_sets[i].append(f"distill.teachers=[{', '.join(resolved)}]")
+    return out_sets
 
 
 def _serves_only(base: NodeConfig, bases: list[NodeConfig]) -> bool:

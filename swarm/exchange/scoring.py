@@ -7,8 +7,9 @@ module moves bytes and bounds them.
              the response bytes as data frames, each prefix checked before its read and the digest at the end
              (swarm.exchange.wire.fetch_bundle's rules). A refused request is a header with the reason as
              its status and no data: refusals are answered at once, never queued.
-    serve    the stream is admitted like every handler (swarm.exchange.admission: per peer, in total, half for
-             strangers); `answer(requester, request)` runs in one worker thread, so forward passes run one at a
+    serve    the stream is admitted like every handler, in a pool of its own protocol (swarm.exchange.admission: per
+             peer, in total, half for strangers — the peers `students` names count as in good standing here);
+             `answer(requester, request)` runs in one worker thread, so forward passes run one at a
              time and the requests waiting for it are at most the handler's admitted streams; the whole
              exchange is bounded by `timeout_s`
     ask      returns a concurrent Future at once: the response bytes, or ScoreFailed with the reason; requests to
@@ -29,7 +30,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from swarm.exchange import wire
 
@@ -68,11 +69,15 @@ class HivemindScoreLink:
     def peer_id(self) -> str:
         return self.transport.peer_id
 
-    def serve(self, answer: Answer) -> None:
-        """Answer score requests with `answer` from now on."""
+    def serve(self, answer: Answer, students: Collection[str] = ()) -> None:
+        """Answer score requests with `answer` from now on; `students` (peer ids) are admitted as peers in good
+        standing on this stream, so strangers' streams never take their slots."""
         self._answer = answer
+        standing = self.transport.inbox.is_good
+        known = frozenset(students)
         self.transport.run_on_loop(self.transport.p2p.add_binary_stream_handler(
-            SCORE_NAME, self.transport.admitted(self._handle)), self.transport.cfg.startup_timeout_s)
+            SCORE_NAME, self.transport.admitted(SCORE_NAME, self._handle, lambda p: p in known or standing(p))),
+            self.transport.cfg.startup_timeout_s)
 
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         requester = info.peer_id.to_base58()
@@ -162,7 +167,7 @@ class MemoryScoreLink:
     def peer_id(self) -> str:
         return self.transport.peer_id
 
-    def serve(self, answer: Answer) -> None:
+    def serve(self, answer: Answer, students: Collection[str] = ()) -> None:
         self._answers[self.peer_id] = answer
 
     def ask(self, peer: str, request: bytes) -> concurrent.futures.Future:

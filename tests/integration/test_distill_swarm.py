@@ -1,6 +1,7 @@
 """On-policy distillation over real hivemind peers on 127.0.0.1: a teacher node serving scores on the score
 stream (swarm/exchange/scoring.py), a student node asking it each round, a hostile teacher whose answers the
-student drops, and a requester beyond its share refused at once while the teacher's budget holds."""
+student drops, a requester beyond its share refused at once while the teacher's budget holds, and a crowd of
+identities that cannot take the part of a student the teacher names."""
 
 from __future__ import annotations
 
@@ -53,7 +54,6 @@ def test_a_student_trains_on_its_teachers_scores_and_drops_a_hostile_teachers(sw
         assert served["distill_served_tokens"] == m["distill_tokens_scored"]
         # the same student told to trust the hostile peer: every answer dropped, the round trains on the reward
         student.cfg.distill.teachers[:] = [hostile_t.peer_id]
-        student.distill.student.models.clear()
         m = run_round(student, 1)
         assert m["distill_teacher"] == hostile_t.peer_id
         assert m["distill_drops"] == {"bad_logprob": 2} and m["distill_answers"] == 0, m
@@ -94,4 +94,37 @@ def test_a_requester_beyond_its_share_is_refused_and_the_budget_holds(swarm, tmp
         assert computed <= RATE * SHARE * (BURST_S + elapsed)  # never more than the requester's share
     finally:
         greedy.close()
+        teacher.distill.close()
+
+
+def test_a_crowd_of_identities_cannot_starve_a_student_the_teacher_names(swarm, tmp_path):
+    """Two identities asking as fast as the teacher answers (the review: two identities took all of the budget)
+    share the strangers' quarter; the student the teacher names (`distill.serve_students`) keeps its part."""
+    teacher_t, student_t, sybil1_t, sybil2_t = swarm
+    teacher = _node(tmp_path, "teacher3", teacher_t, **{
+        "distill.serve": True, "train.lr": 0.0, "distill.serve_tokens_per_s": 100.0, "distill.serve_burst_s": 40.0,
+        "distill.serve_students": [student_t.peer_id], "distill.serve_stranger_share": 0.25})
+    links = [HivemindScoreLink(t, max_bytes=1 << 20, timeout_s=20) for t in (sybil1_t, sybil2_t, student_t)]
+    tok = teacher.tokenizer
+    text = "<answer>tenalp</answer>"
+    ids = tuple(tok(text, add_special_tokens=False)["input_ids"])
+    request = encode_score_request(ScoreRequest("rlswarm", "User: spell it backwards: planet\n\nAssistant:",
+                                                (ScoreCompletion(text, token_ids=ids),) * 4,
+                                                tokenizer=teacher.fingerprint, vocab_size=teacher.vocab_size))
+
+    def outcome(link) -> str:
+        try:
+            link.ask(teacher_t.peer_id, request).result(timeout=30)
+            return "ok"
+        except ScoreFailed as exc:
+            return exc.reason
+
+    try:
+        crowd = [outcome(link) for _ in range(12) for link in links[:2]]
+        assert crowd.count("ok") >= 1 and crowd[-2:] != ["ok", "ok"], crowd  # the strangers ran their pool dry
+        student = [outcome(links[2]) for _ in range(4)]
+        assert student == ["ok"] * 4, (crowd, student)
+    finally:
+        for link in links:
+            link.close()
         teacher.distill.close()

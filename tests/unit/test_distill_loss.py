@@ -15,6 +15,7 @@ import torch
 
 from losses.base import LossInputs
 from losses.distill import (
+    UNBOUNDED,
     distill_advantages,
     distill_term,
     linear_lambda,
@@ -48,7 +49,7 @@ def test_the_advantage_adds_the_reverse_kl_on_scored_own_tokens_only():
     inputs = _inputs(logp=[[-1.0, -2.0], [-1.0, -1.0]], old=[[-1.0, -2.0], [-1.0, -1.0]],
                      teacher=[[-3.0, -0.5], [-9.0, -9.0]], scored=[[True, False], [True, True]],
                      adv=[0.5, -0.25], external=[False, True])
-    adv = distill_advantages(inputs, lam=2.0)
+    adv = distill_advantages(inputs, lam=2.0, bounds=UNBOUNDED)  # the estimator itself (the bounds: test_distill_bounds)
     # own row: token 0 scored (−1 − (−3) = 2 → 0.5 − 4), token 1 unscored; the peer's row: the reward alone
     assert adv.tolist() == [[0.5 - 4.0, 0.5], [-0.25, -0.25]]
     assert distill_advantages(inputs, lam=0.0).tolist() == [[0.5, 0.5], [-0.25, -0.25]]

@@ -95,7 +95,8 @@ def test_service_answers_with_the_teachers_scores_and_charges_what_it_computed(t
     counts, served_tokens, computed = service.take_counts()
     n_prompt = len(tok(PROMPT, add_special_tokens=False)["input_ids"])
     assert counts == {"ok": 1} and served_tokens == sum(c.n_tokens for c in req.completions)
-    assert computed == sum(n_prompt + c.n_tokens for c in req.completions)
+    # charged what the forward pass computed: both rows padded to the longer completion
+    assert computed == len(req.completions) * (n_prompt + max(c.n_tokens for c in req.completions))
 
 
 def test_service_refuses_before_any_forward_pass(tiny_qwen, served):
@@ -170,7 +171,9 @@ def _hostile(kind: str):
             values = [v + (-0.5,) for v in values]
         if kind == "fewer_arrays":
             values = values[:-1]
-        out = encode_score_response(ScoreResponse(digest, tuple(values)))
+        # one chunk of all its tokens on an id request: each token would be charged the whole completion's gap
+        chunks = tuple((c.n_tokens,) for c in req.completions) if kind == "chunks_on_ids" else None
+        out = encode_score_response(ScoreResponse(digest, tuple(values), chunks))
         if kind in ("nan", "positive", "absurd"):  # forged after encoding (an encoder refuses them)
             import numpy as np
 
@@ -186,7 +189,8 @@ def _hostile(kind: str):
 @pytest.mark.parametrize("kind,reason", [
     ("refuse", "refused:over_budget"), ("garbage", "zstd"), ("wrong_request", "wrong_request"),
     ("more_pieces", "length_mismatch"), ("fewer_arrays", "length_mismatch"), ("nan", "bad_logprob"),
-    ("positive", "bad_logprob"), ("absurd", "bad_logprob"), ("absent", "unreachable")])
+    ("positive", "bad_logprob"), ("absurd", "bad_logprob"), ("absent", "unreachable"),
+    ("chunks_on_ids", "wrong_request")])
 def test_student_drops_a_hostile_teachers_answer_with_its_reason(tiny_qwen, kind, reason):
     hub = InMemoryHub()
     if kind != "absent":
@@ -247,7 +251,7 @@ def test_memory_link_refuses_oversized_messages():
 
 
 def test_a_response_carries_the_chunks_and_rejects_lengths_that_do_not_add_up(tiny_qwen):
-    req, data = _request(tiny_qwen.tokenizer, tiny_qwen.fingerprint, tiny_qwen.vocab_size)
+    req, data = _request(tiny_qwen.tokenizer, tiny_qwen.fingerprint, tiny_qwen.vocab_size, ids=False)
     n = [c.n_tokens for c in req.completions]
     good = ScoreResponse(score_digest(data), tuple(tuple([-0.5] * k) for k in n), ((1, n[0] - 1), ()))
     back = decode_score_response(encode_score_response(good), req, score_digest(data))
