@@ -32,10 +32,11 @@ class DistillConfig(BaseModel):
     coef_rounds: int = Field(0, ge=0, le=10_000_000, description="Rounds over which λ moves from coef to coef_end.")
     wait_s: float = Field(10.0, gt=0, le=600.0, description="The most a round waits for its teacher's answer; a "
                           "later answer is dropped (`late`) and the round trains on the reward alone.")
-    max_token_gap: float = Field(10.0, gt=0, le=1e4, description="The most one token's gap |log π_old − log "
-                                 "π_teacher| may count, in nats: beyond it the gap is clipped (losses/distill.py).")
+    max_token_gap: float = Field(10.0, gt=0, le=1e4, description="The most one token's gap between log π_old and "
+                                 "log π_teacher may count, either way, in nats: beyond it the gap is clipped "
+                                 "(losses/distill.py).")
     max_completion_gap: float = Field(100.0, gt=0, le=1e6, description="The most a completion's gaps may count in all "
-                                      "(Σ over its tokens of |log π_old − log π_teacher|, nats, after max_token_gap): "
+                                      "(the sum over its tokens of each gap's size, nats, after max_token_gap): "
                                       "beyond it they are scaled down to it. Whatever the teacher says, it never "
                                       "turns the sign of an answer's advantage: that is a fixed guard, not a setting "
                                       "(losses/distill.py).")
