@@ -119,10 +119,11 @@ class SwarmConfig(BaseModel):
                                          "16 (at most 3 times this), so that the receivers gossip reaches within "
                                          "milliseconds of each other do not all fetch from the publisher at once; "
                                          "with 16 peers or fewer, and with 0, the choice runs at once")
-    gossip_ban_s: float = Field(300.0, ge=0, le=86400, description="a peer that gossips more than its allowance "
-                                "(20 messages at once, refilled at 1 a second) is banned this long: its gossiped "
-                                "messages are dropped unread (drop reason banned) and our p2pd disconnects it, "
-                                "again at most every 2 s while it sends; 0 = off")
+    gossip_ban_s: float = Field(300.0, ge=0, le=86400, description="a peer that itself signed more than its "
+                                "gossip allowance (more than 30 distinct announcements dated within one 10 s slot) "
+                                "is banned this long: its gossiped messages are dropped unread (drop reason "
+                                "banned), nothing more (no disconnect); a replay of its messages never counts "
+                                "(gossip_duplicate, gossip_stale); 0 = no bans")
     wait_s: float = Field(0.0, ge=0, le=3600, description="longest a round waits for peers' groups while its pool "
                           "holds fewer than select.external_groups and a peer in good standing (its records were "
                           "used within good_for_s, nothing of it failed since) has sent nothing since the last "

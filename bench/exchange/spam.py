@@ -11,9 +11,10 @@ on a fresh swarm and bootstrap, the same `--duration` measured after a `--warmup
     spam         it also publishes `--factor` − 1 more announcements per period straight from its transport
                  (Pubsub.publish on the swarm's topic, protocols.keys.announce_topic): valid-looking, signed by its
                  own key, the size of its real ones, each naming a bundle it does not serve; no guard
-                 (`swarm.gossip_ban_s` 0 on every peer and on the bootstrap)
-    spam+guard   the same spammer; every peer and the bootstrap guard with `swarm.gossip_ban_s` 300
-    spam+guard-fast   the same, a banned signer disconnected at most every 0.5 s instead of every 2 s
+                 (`swarm.gossip_ban_s` 0 on every peer)
+    spam+guard   the same spammer; every peer's guard with `swarm.gossip_ban_s` 300 (since issue 49 a ban drops the
+                 signer's gossip unread and disconnects no one, and the bootstrap judges no one: the results of
+                 docs/BENCHMARKS.md §16D were measured before, with bans that also disconnected, on the bootstrap too)
     dht          no gossip at all (`swarm.gossip` off, the bootstrap relays nothing): every peer polls the DHT at
                  the full rate, the floor a peer that leaves the topic falls back to
 
@@ -27,9 +28,9 @@ Per honest peer, over the measured seconds:
     bundle_kib_per_s     bundle bytes it fetched (Delivery.bytes)
     spammer_connected    share of samples (every 2 s) in which its p2pd had a connection to the extra peer
 
-and the guard's counters (bans, disconnects), the drops by reason, and the ratio of each arm's mean to `none`'s.
+and the guard's counter (bans), the drops by reason, and the ratio of each arm's mean to `none`'s.
 
-    python -m bench.exchange.spam [--arms none spam spam+guard spam+guard-fast dht] [--duration 90] [--period 10]
+    python -m bench.exchange.spam [--arms none spam spam+guard dht] [--duration 90] [--period 10]
                                   [--factor 100]
 """
 
@@ -51,9 +52,9 @@ from pathlib import Path
 from bench.harness.output import results_dir, table, write_json
 
 RESULTS = results_dir("exchange")
-# arm → (gossip, spams, gossip_ban_s, seconds between a banned signer's disconnects)
-ARMS = {"none": (True, False, 0.0, None), "spam": (True, True, 0.0, None), "spam+guard": (True, True, 300.0, None),
-        "spam+guard-fast": (True, True, 300.0, 0.5), "dht": (False, False, 0.0, None)}
+# arm → (gossip, spams, gossip_ban_s)
+ARMS = {"none": (True, False, 0.0), "spam": (True, True, 0.0), "spam+guard": (True, True, 300.0),
+        "dht": (False, False, 0.0)}
 METRICS = ("gossip_msgs_per_s", "gossip_kib_per_s", "p2pd_kib_per_s", "bundle_kib_per_s")
 SAMPLE_S = 2.0
 
@@ -115,18 +116,15 @@ def sample_connected(peers, spammer: str, t0: float, until: float, samples: dict
 def snapshot(t) -> dict:
     g = t.gossip
     return {"received": g.received if g else 0, "received_bytes": g.received_bytes if g else 0,
-            "banned": g.banned if g else 0, "disconnects": g.disconnects if g else 0, "io": p2pd_io(t),
+            "banned": g.banned if g else 0, "io": p2pd_io(t),
             "t": time.monotonic()}
 
 
 def worker(args) -> None:
     from bench.harness.peers import run_peer
     from swarm.config import SwarmConfig
-    from swarm.exchange import gossip_guard
     from swarm.exchange.hivemind import HivemindTransport
 
-    if args.cut_every:
-        gossip_guard.DISCONNECT_EVERY_S = args.cut_every
     cfg = SwarmConfig(enabled=True, swarm_id=args.swarm_id, initial_peers=[args.initial_peer], startup_timeout_s=180,
                       gossip=args.gossip, gossip_ban_s=args.ban_s)
     peers = [HivemindTransport(cfg=cfg) for _ in range(args.peers)]
@@ -161,10 +159,10 @@ def worker(args) -> None:
 
 def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams: bool = False,
            spammer: str = "") -> subprocess.Popen:
-    gossip, _, ban_s, cut_every = ARMS[arm]
+    gossip, _, ban_s = ARMS[arm]
     cmd = [sys.executable, "-m", "bench.exchange.spam", "--worker", "--peers", str(n), "--initial-peer", maddr,
            "--swarm-id", swarm_id, "--ban-s", str(ban_s), "--out", out, "--duration", str(args.duration),
-           "--period", str(args.period), "--factor", str(args.factor), "--cut-every", str(cut_every or 0)]
+           "--period", str(args.period), "--factor", str(args.factor)]
     cmd += ["--gossip"] if gossip else []
     return subprocess.Popen(cmd + (["--spam"] if spams else []) + (["--spammer", spammer] if spammer else []),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -172,12 +170,10 @@ def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams
 
 def run_arm(arm: str, args) -> dict:
     from swarm.dht.bootstrap import start_bootstrap
-    from swarm.exchange import gossip_guard
 
-    gossip, spams, ban_s, cut_every = ARMS[arm]
-    gossip_guard.DISCONNECT_EVERY_S = cut_every or 2.0  # the bootstrap's guard, in this process
+    gossip, spams, ban_s = ARMS[arm]
     swarm_id = f"spam-{arm.replace('+', '-')}-{int(time.time())}"
-    boot, maddrs = start_bootstrap(startup_timeout_s=180, swarm_id=swarm_id, gossip=gossip, gossip_ban_s=ban_s)
+    boot, maddrs = start_bootstrap(startup_timeout_s=180, swarm_id=swarm_id, gossip=gossip)
     tmp = tempfile.mkdtemp(prefix="spam-")
     outs = [os.path.join(tmp, "extra.json"), os.path.join(tmp, "honest.json")]
     procs = []
@@ -193,19 +189,16 @@ def run_arm(arm: str, args) -> dict:
             p.stdin.flush()
         for p in procs:
             p.wait(timeout=args.duration + args.warmup + 300)
-        relay = getattr(boot, "gossip_relay", None)
-        boot_guard = {"banned": relay.guard.banned, "disconnects": relay.guard.disconnects} if relay else {}
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
         boot.shutdown()
     extra_log, honest_log = (json.loads(Path(o).read_text()) for o in outs)
-    return {**summarise(arm, extra_log, honest_log, ban_s, boot_guard, extra["ready"][0]),
-            "gossip": gossip, "cut_every_s": (cut_every or 2.0) if ban_s else None}
+    return {**summarise(arm, extra_log, honest_log, ban_s, extra["ready"][0]), "gossip": gossip}
 
 
-def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, boot_guard: dict, spammer: str) -> dict:
+def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, spammer: str) -> dict:
     bundle_bytes: dict[str, int] = {}
     for peer, _, nbytes, *_ in honest_log["rounds"]:
         bundle_bytes[peer] = bundle_bytes.get(peer, 0) + nbytes
@@ -218,7 +211,7 @@ def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, boot_gu
                      "gossip_kib_per_s": (b["received_bytes"] - a["received_bytes"]) / 1024 / wall,
                      "p2pd_kib_per_s": (b["io"] - a["io"]) / 1024 / wall,
                      "bundle_kib_per_s": bundle_bytes.get(peer, 0) / 1024 / wall,
-                     "banned": b["banned"] - a["banned"], "disconnects": b["disconnects"] - a["disconnects"],
+                     "banned": b["banned"] - a["banned"],
                      "spammer_connected": sum(connected) / len(connected) if connected else None,
                      "spammer_banned_at_end": spammer in honest_log["guard"].get(peer, [])})
     x = extra_log["peers"][spammer]
@@ -226,9 +219,9 @@ def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, boot_gu
     return {"arm": arm, "gossip_ban_s": ban_s, "honest_peers": len(rows),
             **{m: statistics.fmean(r[m] for r in rows) for m in METRICS},
             "spammer_connected": _mean([r["spammer_connected"] for r in rows]),
-            "bans": sum(r["banned"] for r in rows), "disconnects": sum(r["disconnects"] for r in rows),
+            "bans": sum(r["banned"] for r in rows),
             "banned_at_end": sum(r["spammer_banned_at_end"] for r in rows),
-            "bootstrap_guard": boot_guard, "drops": honest_log["drops"],
+            "drops": honest_log["drops"],
             "extra_peer": {"spam": extra_log.get("spam"),
                            "p2pd_kib_per_s": (x["after"]["io"] - x["before"]["io"]) / 1024 / extra_wall},
             "per_peer": rows}
@@ -254,7 +247,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ban-s", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--spam", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--gossip", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--cut-every", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--spammer", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -268,10 +260,9 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         r["ratio_to_none"] = {m: r[m] / base[m] for m in METRICS if base and base[m]} if base else {}
     print(table([{**r, **{f"{m}_ratio": r["ratio_to_none"].get(m) for m in METRICS}} for r in rows],
-                ["arm", *METRICS, "p2pd_kib_per_s_ratio", "gossip_kib_per_s_ratio", "spammer_connected", "bans",
-                 "disconnects"]))
+                ["arm", *METRICS, "p2pd_kib_per_s_ratio", "gossip_kib_per_s_ratio", "spammer_connected", "bans"]))
     for r in rows:
-        print(f"{r['arm']}: drops {r['drops']}, bootstrap guard {r['bootstrap_guard']}, extra peer {r['extra_peer']}")
+        print(f"{r['arm']}: drops {r['drops']}, extra peer {r['extra_peer']}")
     print(f"wrote {write_json(args.out, {'args': vars(args), 'arms': rows}, RESULTS)}")
 
 

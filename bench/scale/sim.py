@@ -240,7 +240,8 @@ class Simulation:
         i = node.w.idx
         if gen != node.gen or node.reading or not self.online(i):
             return
-        if not self.poll_due(node):  # gossip delivers: this interval reads nothing (bench.scale.gossipsim)
+        if not self.poll_due(node):  # gossip delivers: this interval reads nothing (bench.scale.gossipsim) …
+            self.choose(node)  # … but runs the fan-in choice, as swarm.exchange.poller does
             node.gen += 1
             self.at(self.now + self.setting.poll_s, self.poll, node, node.gen)
             return

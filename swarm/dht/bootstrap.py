@@ -23,23 +23,20 @@ from swarm.dht.relay import GossipRelay
 
 def start_bootstrap(*, host_maddrs: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",), announce_maddrs: Sequence[str] = (),
                     identity_path: str | None = None, startup_timeout_s: float = 60.0, swarm_id: str = "rlswarm",
-                    initial_peers: Sequence[str] = (), gossip: bool = False,
-                    gossip_ban_s: float | None = None) -> tuple[DHT, list[str]]:
+                    initial_peers: Sequence[str] = (), gossip: bool = False) -> tuple[DHT, list[str]]:
     """Start a DHT-only peer in-process; returns (dht, its visible multiaddrs with /p2p/<id>).
 
     ``swarm_id`` only labels the peer in logs: DHT keys carry the swarm id, so one bootstrap
-    peer can serve several swarms; with ``gossip`` it is also the topic of the announcements it relays, and a
-    publisher over its allowance there is banned and disconnected for ``gossip_ban_s`` (None: swarm.gossip_ban_s's
-    default; 0 = off; swarm.exchange.gossip_guard).
+    peer can serve several swarms; with ``gossip`` it is also the topic of the announcements it relays
+    (swarm.dht.relay: it relays, judging no publisher).
     """
     cfg = SwarmConfig(enabled=True, swarm_id=swarm_id, initial_peers=list(initial_peers),
                       host_maddrs=list(host_maddrs), announce_maddrs=list(announce_maddrs),
-                      identity_path=identity_path, startup_timeout_s=startup_timeout_s, gossip=gossip,
-                      **({} if gossip_ban_s is None else {"gossip_ban_s": gossip_ban_s}))
+                      identity_path=identity_path, startup_timeout_s=startup_timeout_s, gossip=gossip)
     dht, _, _ = start_swarm_dht(cfg)
     if gossip:
         try:
-            relay = GossipRelay(dht, swarm_id, ban_s=cfg.gossip_ban_s)
+            relay = GossipRelay(dht, swarm_id)
         except BaseException:
             dht.shutdown()
             raise

@@ -7,10 +7,10 @@ bootstrap joins the topic's mesh and forwards messages between the peers connect
 it costs: one thread with an asyncio loop, a P2P replica and one control connection to p2pd, and the
 daemon's work of receiving, verifying and forwarding each message once per mesh peer (gossipsub's
 degree, 6 by default, not the swarm's size); the messages delivered to us are counted and dropped.
-The bootstrap vets no announcement itself: its daemon checks each message's signature before relaying
-(swarm.net.pubsub), and the receivers run the announcement rules. It does hold publishers to the gossip
-allowance (`ban_s`, swarm.gossip_ban_s; swarm.exchange.gossip_guard): one over it is banned and disconnected,
-so the hub every newcomer connects through does not keep relaying a spammer's flood.
+The bootstrap vets no announcement and judges no publisher: its daemon checks each message's signature before
+relaying (swarm.net.pubsub), and the receivers run the announcement rules and their own guard
+(swarm.exchange.gossip_guard). It has no lever over what its daemon relays (p2pd offers no validator), and it
+disconnects nobody: a disconnect on gossip counts would cut an honest peer whose signed messages someone replays.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import threading
 
 from protocols.keys import announce_topic
 from protocols.records import SCHEMA_VERSION
-from swarm.exchange.gossip_guard import GossipGuard
 from swarm.net.pubsub import Pubsub
 
 log = logging.getLogger(__name__)
@@ -30,10 +29,9 @@ log = logging.getLogger(__name__)
 class GossipRelay:
     """The subscription of one running DHT peer (started with pubsub) to a swarm's topic (module docstring)."""
 
-    def __init__(self, dht, swarm_id: str, timeout_s: float = 30.0, ban_s: float = 0.0):
+    def __init__(self, dht, swarm_id: str, timeout_s: float = 30.0):
         self.topic = announce_topic(swarm_id, SCHEMA_VERSION)
         self.received = 0  # messages our daemon delivered to us on the topic (relayed or not)
-        self.ban_s = ban_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-relay", daemon=True)
         self._thread.start()
@@ -46,21 +44,13 @@ class GossipRelay:
     async def _start(self, dht) -> None:
         self._p2p = await dht.replicate_p2p()
         self._pubsub = Pubsub.of(self._p2p)
-        self._tasks: set[asyncio.Task] = set()  # disconnects in flight, referenced until done
-        self.guard = GossipGuard(self._pubsub.disconnect, self._spawn, self.ban_s)
         subscription = await self._pubsub.subscribe(self.topic)
         self._task = asyncio.create_task(self._drain(subscription))
-
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _drain(self, subscription) -> None:
         async with subscription:
             async for msg in subscription:
                 self.received += 1
-                self.guard.admit(msg.sender)
 
     def peers(self, timeout_s: float = 10.0) -> list[str]:
         """The peers our daemon knows subscribe to the topic."""

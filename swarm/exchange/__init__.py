@@ -15,7 +15,8 @@ the two transports and the streams under the real one.
   fetch      fetching one announced bundle, and notifying a peer of an announcement
   push       pushing our bundle to chosen peers, and receiving a peer's push
   gossip     announcements over gossipsub beside the DHT (swarm.gossip, on by default), its fallback and report
-  gossip_guard  our own limit on a gossip spammer: per-signer allowance, expiring bans, p2pd disconnects
+  gossip_guard  our own limit on a gossip spammer that replays cannot turn on its victim: a seen-cache, a per-signer
+                allowance on its own timestamps, expiring bans (no disconnects)
   wire       the bundle stream's framing (serve and fetch)
   scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
   loop       the transport's asyncio loop: its exception handler, emptied before it closes

@@ -11,9 +11,11 @@ swarm.net.pubsub) and this piece, on the transport's loop:
     (swarm.net.identity). Our own messages, which the daemon delivers to us too, are skipped;
   - publishes each new announcement of ours on the topic once, when its first DHT store starts
     (not in client mode, whose bundles travel by push: swarm.exchange.push).
-A signer that gossips more than its allowance is banned for `swarm.gossip_ban_s` and disconnected; its messages
-are then dropped before the Inbox (drop reason `banned`; swarm.exchange.gossip_guard, counters `banned`,
-`disconnects`). The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
+Before the Inbox, the guard (swarm.exchange.gossip_guard) drops an announcement it has had already
+(`gossip_duplicate`) or that is more than 2 minutes old (`gossip_stale`) without counting it against its signer — a
+replay of a peer's signed messages is never held against that peer — and a signer that itself signed more than its
+allowance is banned for `swarm.gossip_ban_s`: its gossip is then dropped unread (`banned`; counter `banned`), nothing
+more (no disconnect). The DHT stores run as without it (every peer's announcement is in the DHT, whatever its transport);
 the DHT polls back off while gossip delivers and every peer seen lately gossips (swarm.exchange.poller: the
 modes gossip / mixed / dht; `_delivered` tells the PollGate which peers gossip delivered from). A failed
 publish is counted (`publish_failures`) and logged. The daemon relays what is well signed before we vet it (swarm.net.pubsub
@@ -62,8 +64,8 @@ class GossipAnnouncements:
         # time.monotonic() of the last valid announcement gossip delivered, new or already had by a push or the DHT:
         # while recent, the DHT polls back off (swarm.exchange.poller)
         self.last_valid: float | None = None
-        # a signer over its allowance is banned and disconnected (swarm.exchange.gossip_guard)
-        self.guard = GossipGuard(pubsub.disconnect, transport.spawn, transport.cfg.gossip_ban_s)
+        # replays dropped, a signer over its allowance banned (swarm.exchange.gossip_guard)
+        self.guard = GossipGuard(transport.cfg.gossip_ban_s, max_skew_s=transport.cfg.max_clock_skew_s)
         # our own pace (publish): a token bucket of PUBLISH_BURST, the newest announcement past it waiting
         self._pace = TokenBucket(PUBLISH_RATE_PER_S, PUBLISH_BURST, time.monotonic())
         self._waiting: bytes | None = None
@@ -74,7 +76,6 @@ class GossipAnnouncements:
         self.fetch_spread = 0  # fan-in choices after a gossiped announcement that waited out a spread (_choose_soon)
 
     banned = property(lambda self: self.guard.banned)
-    disconnects = property(lambda self: self.guard.disconnects)
 
     @classmethod
     async def start(cls, transport) -> GossipAnnouncements:
@@ -166,10 +167,11 @@ class GossipAnnouncements:
                     continue
                 self.received += 1
                 self.received_bytes += len(msg.data)
-                if not self.guard.admit(msg.sender):
-                    inbox.drop("banned")
-                    continue
                 now = time.time()
+                reason = self.guard.admit(msg.sender, msg.data, now)
+                if reason is not None:  # banned, gossip_duplicate or gossip_stale: never reaches the Inbox
+                    inbox.drop(reason)
+                    continue
                 if inbox.offer(msg.data, msg.sender or None, now=now):
                     self.offered += 1
                     self._delivered(msg.sender)
@@ -208,7 +210,7 @@ class GossipReport:
     and the counters' increase since the previous take."""
 
     COUNTED = ("received", "offered", "published", "publish_failures", "publish_paced", "received_bytes", "banned",
-               "disconnects", "fetch_spread")
+               "fetch_spread")
 
     def __init__(self):
         self._before: dict[str, int] = {}

@@ -7,7 +7,7 @@ so, in one of three modes (`PollGate.mode`, reported by every take):
   - `gossip`: gossip delivers — a valid announcement (new, or one a push brought first) arrived by it
     within the last `gossip_quiet_polls` poll intervals — and no peer that only polls was seen: the DHT
     is read every `gossip_poll_every`-th interval only (discovery of such peers, catch-up), the others
-    are skipped (counted);
+    are skipped (counted), each still running the fan-in choice (what waited for room is fetched);
   - `mixed`: gossip delivers, but a DHT read within that quiet window brought a new valid announcement
     from a peer gossip has never delivered one of (`PollGate.saw_poll_only`: a peer with gossip off, an
     older one, one whose daemon has no pubsub, or one outside our part of the mesh): every interval reads,
@@ -100,6 +100,8 @@ async def poll_forever(t) -> None:
             if gossip is None or t.poll_gate.due(gossip.last_valid, time.monotonic()):
                 tick += 1
                 await t._poll_once(tick - 1)  # the transport's method (tests and benches wrap it)
+            else:  # no read, but the fan-in choice: a candidate left for want of room is not left until the next
+                t._fetch_chosen()  # arrival (a burst of announcements can fill a window's budget)
         except Exception:  # our bug, not a peer's: keep polling, but loudly
             log.exception("polling the swarm's announcements failed")
         await asyncio.sleep(t.cfg.poll_interval_s)

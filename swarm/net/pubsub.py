@@ -15,8 +15,7 @@ cannot start p2pd with pubsub on. This module adds both, beside hivemind's clien
                  that process before it starts.
   Pubsub         the client: `publish(topic, data)`, `subscribe(topic)` → a Subscription, `topics()` (those
                  this daemon subscribes to), `peers(topic)` (the peers it knows subscribe to `topic`;
-                 without a topic: every peer of its pubsub), `disconnect(peer)` (the daemon closes its
-                 connections to that peer: p2pd's DISCONNECT control request).
+                 without a topic: every peer of its pubsub).
   Subscription   an async iterator of GossipMessage; `close()` (or leaving `async with`) ends it.
   GossipMessage  one delivered message: sender (base58 peer id), data, seqno, topics.
 
@@ -43,9 +42,13 @@ daemons by tests/integration/test_pubsub.py):
 - go-libp2p-pubsub's own limit on one message (1 MiB by default) is the only size limit in the daemon:
   a longer message is accepted by the publishing daemon without an error and delivered to nobody;
   anything shorter reaches our Subscription, which skips frames over `max_frame`;
-- the daemon reports who published a message, not which neighbour forwarded it to us; closing our connections to
-  a publisher (`disconnect`) stops what it sends us directly, not its messages other peers relay, and it may dial
-  again (swarm.exchange.gossip_guard);
+- the daemon reports who published a message, not which neighbour forwarded it to us;
+- every subscriber receives each message whole (publisher, data, seqno, topic, signature, key: `PSMessage`, field
+  for field gossipsub's `Message`), so anyone can write a peer's messages back into the mesh on a raw gossipsub
+  stream (`/meshsub/1.1.0`), and the daemon accepts them as that peer's: it drops only a message whose id
+  (publisher + seqno) is still in its duplicate cache (go-libp2p-pubsub's default 120 s; a review saw replays
+  accepted again 185 s later). A signed message proves who signed its data, never when or through whom it
+  arrives (tests/integration/test_gossip_replay.py; what we do about it: swarm.exchange.gossip_guard);
 - one publisher's messages are not kept in order (a long one can arrive after a short one sent later).
 """
 
@@ -200,18 +203,3 @@ class Pubsub:
         """Peers (base58) this daemon knows subscribe to `topic`; "" for every peer of its pubsub."""
         response = await self._ask(pb.PSRequest(type=pb.PSRequest.LIST_PEERS, topic=topic))
         return [_peer(raw) for raw in response.pubsub.peerIDs]
-
-    async def disconnect(self, peer: str) -> None:
-        """Close the daemon's connections to `peer` (base58); it may connect again (a request either side makes)."""
-        request = pb.Request(type=pb.Request.DISCONNECT, disconnect=pb.DisconnectRequest(peer=PeerID.from_base58(peer).to_bytes()))
-        reader, writer = await self._connector.open_connection()
-        try:
-            await write_pbmsg(writer, request)
-            response = pb.Response()
-            await read_pbmsg_safe(reader, response)
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-        if response.type == pb.Response.ERROR:
-            raise PubsubError(response.error.msg)

@@ -4,8 +4,8 @@ and `stale_age` were counted but undocumented.
 
 Reasons are found in the source where they are raised or counted: `RecordError("…")`,
 `TaskError("…")`, `WeightsRejected("…")`, `drops["…"]`, `.drop(…, "…")`, `reason = … "…"`,
-and the `return "…"` of the ingest checks and of the HeteroRL learner's staleness check. A new
-reason in any of those forms fails this test until the table has it.
+and the `return "…"` of the ingest checks, of the HeteroRL learner's staleness check and of the gossip
+guard's verdicts. A new reason in any of those forms fails this test until the table has it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def code_reasons() -> set[str]:
     found |= set(re.findall(r'return "([a-z_]+)"', ingest))
     learner = (ROOT / "node" / "heterorl" / "learner.py").read_text()  # staleness_reason's returns
     found |= set(re.findall(r'return "([a-z_]+)"', learner))
+    guard = (ROOT / "swarm" / "exchange" / "gossip_guard.py").read_text()  # GossipGuard.admit's verdicts
+    found |= set(re.findall(r'return "([a-z_]+)"', guard))
     return found - NOT_REASONS
 
 

@@ -1,12 +1,13 @@
-"""A gossip flooder is banned and disconnected (swarm.exchange.gossip_guard, `swarm.gossip_ban_s`), over real
+"""A gossip flooder is banned (swarm.exchange.gossip_guard, `swarm.gossip_ban_s`), and nothing more, over real
 hivemind peers on 127.0.0.1: a bootstrap peer, two honest peers with gossip on and the guard at its default, and a
-flooder that publishes 60 valid-looking announcements signed by its own key straight from its transport's pubsub
-(3× the guard's burst, at once).
+flooder that publishes FLOOD valid-looking announcements signed by its own key and dated now, straight from its
+transport's pubsub (3× the allowance of one slot, at once).
 
-Both honest peers end up with the flooder banned, counted once (`banned`, in every take's announce report too),
-their daemons disconnected from it, and its further messages dropped before the Inbox (drop reason `banned`);
-they still exchange bundles with each other by gossip (the DHT is polled every 30 s and nobody pushes, so only
-gossip delivers within 15 s). With `gossip_ban_s` 0 nothing is banned and this test fails."""
+Both honest peers end up with the flooder banned, counted once (`banned`, in every take's announce report too), and
+its further messages dropped before the Inbox (drop reason `banned`); their daemons stay connected to it (a ban
+disconnects nobody: before issue 49 it did, and the disconnect also cut a banned peer's bundle streams); they still
+exchange bundles with each other by gossip (the DHT is polled every 30 s and nobody pushes, so only gossip delivers
+within 15 s). With `gossip_ban_s` 0 nothing is banned and this test fails."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from protocols.keys import window_of
 from protocols.records import Announcement
 from swarm.config import SwarmConfig
 from swarm.dht.bootstrap import start_bootstrap
+from swarm.exchange.gossip_guard import SLOT_LIMIT
 from swarm.exchange.hivemind import HivemindTransport
 from tests.integration.conftest import peer_config
 from tests.integration.test_gossip_announcements import _wait_on_topic
@@ -27,7 +29,7 @@ from tests.integration.test_hivemind_transport import _record
 
 pytestmark = pytest.mark.integration
 GOSSIP = {"gossip": True, "poll_interval_s": 30.0, "notify_peers": 0, "fetch_timeout_s": 10}
-FLOOD = 60
+FLOOD = 3 * SLOT_LIMIT  # dated within a second: at least half of them in one slot, whatever its boundary
 
 
 def _flood(flooder: HivemindTransport, n: int) -> None:
@@ -46,7 +48,7 @@ def _connected(peer: HivemindTransport) -> set[str]:
     return {p.peer_id.to_base58() for p in peer.run_on_loop(peer.p2p.list_peers(), 10)}
 
 
-def test_a_flooder_is_banned_and_disconnected_and_the_honest_peers_still_exchange():
+def test_a_flooder_is_banned_not_disconnected_and_the_honest_peers_still_exchange():
     assert SwarmConfig().gossip_ban_s > 0  # on by default (with gossip)
     boot, maddrs = start_bootstrap(startup_timeout_s=60)
     peers: list[HivemindTransport] = []
@@ -56,22 +58,18 @@ def test_a_flooder_is_banned_and_disconnected_and_the_honest_peers_still_exchang
         a, b, flooder = peers
         for x, y in ((flooder, a), (flooder, b), (a, b), (b, a)):
             _wait_on_topic(x, y)
-        assert flooder.peer_id in _connected(a) | _connected(b)
+        linked = [h for h in (a, b) if flooder.peer_id in _connected(h)]
+        assert linked
 
         _flood(flooder, FLOOD)
         deadline = time.monotonic() + 20
         while not all(h.gossip.guard.is_banned(flooder.peer_id) for h in (a, b)):
             assert time.monotonic() < deadline, "an honest peer never banned the flooder"
             time.sleep(0.2)
-        deadline = time.monotonic() + 15  # the disconnects run in the background
-        while flooder.peer_id in _connected(a) | _connected(b):
-            assert time.monotonic() < deadline, "an honest peer's daemon is still connected to the flooder"
-            time.sleep(0.2)
-
         for h in (a, b):
             took = h.take()
             assert took.drops["banned"] >= 1, took.drops
-            assert took.announce["banned"] == 1 and took.announce["disconnects"] >= 1
+            assert took.announce["banned"] == 1 and "disconnects" not in took.announce
             assert h.gossip.guard.banned_peers() == [flooder.peer_id]  # the honest peers did not ban each other
             assert h.gossip.received_bytes > 0
 
@@ -79,8 +77,9 @@ def test_a_flooder_is_banned_and_disconnected_and_the_honest_peers_still_exchang
         assert [r.peer for r in b.take(min_records=1, timeout=15).records] == [a.peer_id]
         b.publish([_record(b.peer_id, 2)])
         assert [r.peer for r in a.take(min_records=1, timeout=15).records] == [b.peer_id]
+        assert all(flooder.peer_id in _connected(h) for h in linked)  # banned, still connected
         print(f"\nflood of {FLOOD}: received by the honest peers {[h.gossip.received for h in (a, b)]}, "
-              f"disconnects {[h.gossip.disconnects for h in (a, b)]}")
+              f"still connected to the flooder: {len(linked)}")
     finally:
         for p in peers:
             p.shutdown()
