@@ -3,6 +3,7 @@
     swarm.py       run_swarm: N nodes in one process on the in-memory transport, round by round
     stats.py       t95, interval, summary, paired: the one 95 % t-interval of a mean and of a paired difference
     pool.py        run_jobs: the resumable process pool that appends each result to a JSONL results file
+    memory.py      job_bytes, fits: a job's memory estimated before it starts; refuse or run fewer side by side
     output.py      results_dir(family), write_json (with the machine), table, load_jsonl
     options.py     parse_value / parse_sets: `--set key=value` overrides as a config reads them
     models.py      model_cached, cached_models, each lab model's own task (task_source), set_threads

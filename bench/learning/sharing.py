@@ -263,6 +263,24 @@ def make_jobs(args, updates: dict, arms: dict, runs: list[dict], twin: str, repl
     return jobs
 
 
+def workers(args, jobs: list[dict]) -> int:
+    """--jobs, fewer where the biggest job's memory estimate (bench.harness.memory) leaves no room for that many;
+    exit 2 with one line when not even one fits."""
+    from bench.harness.memory import fits, job_bytes
+
+    if not jobs or args.hivemind:
+        return args.jobs
+    big = max(jobs, key=lambda j: j["nodes"])
+    n, why = fits(job_bytes(args.config, big["overrides"], big["nodes"]), args.jobs)
+    if why:
+        print(f"bench.learning.sharing: {why}", file=sys.stderr)
+        sys.exit(2)
+    if n < args.jobs:
+        print(f"bench.learning.sharing: {n} job(s) side by side, not {args.jobs}: the memory of more would not fit",
+              file=sys.stderr)
+    return n
+
+
 def twin_of(run: dict) -> str:
     """rounds, clock or hivemind (runs made before the twin was recorded ran on the clock or over hivemind)."""
     return run.get("twin") or ("hivemind" if run.get("transport") == "hivemind" else "clock")
@@ -310,8 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = load_jsonl(sink)
     if not args.report:
         for phase in (False, True):  # an R arm needs the trained tokens of the run it is matched to
-            runs += run_jobs(run_hivemind if args.hivemind else run_one,
-                             make_jobs(args, updates, arms, runs, twin, replays=phase), sink, args.jobs, describe)
+            jobs = make_jobs(args, updates, arms, runs, twin, replays=phase)
+            runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, sink, workers(args, jobs), describe)
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
         runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted
                 and r["rounds"] == args.rounds and twin_of(r) == twin]
