@@ -165,7 +165,17 @@ class Hosts:
         return [self.ip, "netns", "exec", self.ns[host], *cmd]
 
     def popen(self, host: str, cmd: list[str], **kw) -> subprocess.Popen:
-        return subprocess.Popen(self.command(host, cmd), **kw)
+        """`cmd` started on `host`, returned once it runs in the host's namespace (or has already ended): `ip netns
+        exec` enters the namespace only after it starts, and until then neither `pids` nor leaving the hosts sees it."""
+        proc = subprocess.Popen(self.command(host, cmd), **kw)
+        ns = os.stat(f"/var/run/netns/{self.ns[host]}").st_ino
+        deadline = time.monotonic() + ENTER_TIMEOUT_S
+        while proc.poll() is None and not _in_netns(proc.pid, ns):
+            if time.monotonic() > deadline:
+                kill_pids([proc.pid])
+                raise RuntimeError(f"{cmd[0]} did not enter {host}'s namespace within {ENTER_TIMEOUT_S:g} s")
+            time.sleep(0.01)
+        return proc
 
     def rtt_ms(self, src: str, dsts: list[str], probes: int = 4) -> dict[str, list[float]]:
         """Round trips from `src` to each of `dsts`, in ms: a TCP connect to a closed port, answered by a reset
@@ -179,6 +189,17 @@ class Hosts:
                                                  *(self.addr[d] for d in dsts)]), capture_output=True, text=True)
         got = json.loads(done.stdout or "{}")
         return {d: got.get(self.addr[d], []) for d in dsts}
+
+
+ENTER_TIMEOUT_S = 60.0  # a process started on a host enters its namespace within this long (a busy machine)
+
+
+def _in_netns(pid: int, ns_inode: int) -> bool:
+    """Whether process `pid` runs in the network namespace whose inode is `ns_inode`."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == ns_inode
+    except OSError:  # gone, or not ours to see
+        return False
 
 
 def kill_pids(pids: list[int], grace_s: float = 3.0) -> None:
