@@ -91,6 +91,21 @@ class NodeConfig(BaseModel):
         return self
 
 
+def strangers_note(cfg: NodeConfig) -> str | None:
+    """A warning when the node trains on what peers send with no defence against taught text (None: it does not,
+    or train.peer_token_floor is on). What a stranger can do then (docs/BENCHMARKS.md §15C): one peer placing text
+    of its choosing before correct answers raised it 36 nats over 100 rounds and cost 0.52 held-out on lab-spell.
+    The floor is off by default because what it takes from honest peers depends on the model (3–7 % of lab-spell's
+    above-mean tokens at 0.01, 62 % of SmolLM2-135M's at temperature 1: bench/learning/plausibility.py)."""
+    takes = cfg.swarm.enabled and cfg.role != "sampler" and (
+        cfg.select.external_groups > 0 or cfg.select.external_tokens > 0 or bool(cfg.distill.teachers))
+    if not takes or cfg.train.peer_token_floor > 0:
+        return None
+    return ("trains on peers' rows with no defence against taught text (train.peer_token_floor 0): any peer can "
+            "teach this node text of its choosing (docs/BENCHMARKS.md §15C); among strangers set "
+            "train.peer_token_floor (e.g. 0.01), or train only with peers you trust")
+
+
 class ConfigError(ValueError):
     """A config problem, already phrased as the one line the user sees."""
 

@@ -101,13 +101,26 @@ def device_check(node_cfg):
     return Check("device", "ok", f"train.device {node_cfg.train.device} → {device} ({hw})")
 
 
+def strangers_check(node_cfg):
+    """Whether the node trains on peers' rows without a defence against taught text (node.config.strangers_note)."""
+    from node.config import strangers_note
+    from swarm.host.doctor import Check
+
+    note = strangers_note(node_cfg)
+    if note is None:
+        floor = node_cfg.train.peer_token_floor
+        return Check("strangers", "ok", f"train.peer_token_floor {floor:g}" if floor else "takes no peers' rows")
+    return Check("strangers", "warn", note, "--set train.peer_token_floor=0.01, or join only peers you trust")
+
+
 def cmd_doctor(args) -> int:
     from swarm.host.doctor import diagnose
 
     node_cfg, cfg = configs(args)
     print(f"swarm doctor · swarm {cfg.swarm_id!r} · protocol v2 · window {cfg.window_s:g} s · {cfg.shards} shards"
           + (" · client mode" if cfg.client_mode else ""), flush=True)
-    checks = [device_check(node_cfg)] + diagnose(cfg, listen_s=args.listen)
+    checks = [device_check(node_cfg)] + ([strangers_check(node_cfg)] if node_cfg is not None else []) + \
+        diagnose(cfg, listen_s=args.listen)
     width = max(len(c.name) for c in checks)
     for c in checks:
         print(f"  {MARKS[c.status]} {c.name:<{width}}  {c.detail}")

@@ -102,6 +102,7 @@ def cmd_node(args) -> int:
 
     resolve_device(cfg.train.device)  # cuda asked for but absent: one line, before any network start
     _quiet_transformers()
+    from node.config import strangers_note
     from node.models.device import describe
     from node.node import Node
     from node.runner import run
@@ -125,6 +126,8 @@ def cmd_node(args) -> int:
         print(f"[{cfg.name}] {getattr(node.generator, 'choice', cfg.generation.backend)}", flush=True)
         if node.memory_plan is not None:
             print(f"[{cfg.name}] train: {node.memory_plan.describe()}", flush=True)
+        if note := strangers_note(cfg):
+            print(f"[{cfg.name}] WARNING: {note}", flush=True)
         run(node, cfg.rounds)
     return 0
 

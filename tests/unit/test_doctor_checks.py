@@ -63,3 +63,18 @@ def test_flags_become_the_checked_swarm_config():
         doctor.configs(_args("--set", "train.lr=0.1"))
     with pytest.raises(ConfigError, match="swarm.window_s"):
         doctor.configs(_args("--set", "swarm.window_s=0"))
+
+
+def test_a_node_that_trains_on_strangers_rows_without_a_floor_is_warned_at_start_and_by_doctor():
+    from node.config import load_config, strangers_note
+    from ops.cli.doctor import strangers_check
+
+    shared = load_config("examples/lab-swarm.yaml")
+    assert shared.swarm.enabled and shared.select.external_groups > 0 and shared.train.peer_token_floor == 0
+    assert "peer_token_floor" in strangers_note(shared) and strangers_check(shared).status == "warn"
+    floored = load_config("examples/lab-swarm.yaml", {"train.peer_token_floor": 0.01})
+    assert strangers_note(floored) is None and strangers_check(floored).status == "ok"
+    alone = load_config("examples/lab-swarm.yaml", {"select.external_groups": 0})
+    assert strangers_note(alone) is None
+    offline = load_config("examples/lab-solo.yaml")
+    assert strangers_note(offline) is None and strangers_check(offline).detail == "takes no peers' rows"
