@@ -28,6 +28,7 @@ from node.round.loop import run_round
 from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
 TWINS = ("rounds", "clock")
+BOUNDS = ("distill_clipped_share", "distill_capped_share", "distill_guarded_share")
 T0 = 1.8e9  # the virtual epoch of a swarm run by rounds (seconds; any fixed date)
 TURN_S = 1e-3  # virtual time between two nodes' turns within one round
 
@@ -91,6 +92,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             weights = [[] for _ in swarm]
             shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
             distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per round
+            bounds = [dict.fromkeys(BOUNDS, 0.0) for _ in swarm]
             for r in range(rounds):
                 hub.round = r
                 for k, node in enumerate(swarm):
@@ -105,6 +107,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                         sums[k][key] += m.get(key) or 0
                     if m.get("distill_requests"):
                         distill_kls[k].append(m.get("distill_kl"))
+                    for key in BOUNDS:  # how often a teacher's limits bound (losses/distill.py), the worst round
+                        bounds[k][key] = max(bounds[k][key], m.get(key) or 0.0)
                     if m["groups_external"] and "is_weight_external" in m:
                         weights[k].append(m["is_weight_external"])
                         shares[k].append(m.get("is_weight_external_share", 0.0))
@@ -127,5 +131,6 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)
             "kl_external": [statistics.fmean(w) if w else None for w in kls],  # KL(μ‖π) on peers' rows (k3)
             "distill_kl": [[x for x in w if x is not None] or None for w in distill_kls],  # per round (students)
+            "distill_bounds": bounds,  # per node: the largest share of a round the teacher's limits bound
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}

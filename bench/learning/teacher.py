@@ -284,6 +284,7 @@ def run_one(job: dict) -> dict:
                tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
                cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1),
                distill_kl=run["distill_kl"][0], distill_tokens_scored=run["distill_tokens_scored"][0],
+               distill_bounds=run["distill_bounds"][0],
                teacher_tokens_computed=run["distill_served_computed"][1] if len(configs) > 1 else 0)
     return out
 
