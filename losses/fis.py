@@ -76,7 +76,7 @@ def filter_statistic(view: BehaviourView, group_ids: Tensor, kind: str) -> Tenso
         return ((r * log_r - r + 1.0) * view.m / n).sum(dim=1)  # Σ_units (r log r − r + 1)
     per_token = k3(-log_r) * view.m / n  # [B, T] k3 of log μ − log π_θ, per unit
     _, idx = torch.unique(group_ids, return_inverse=True)
-    longest = torch.zeros(int(idx.max()) + 1, dtype=view.n_tokens.dtype).scatter_reduce(
+    longest = torch.zeros(int(idx.max()) + 1, dtype=view.n_tokens.dtype, device=view.n_tokens.device).scatter_reduce(
         0, idx, view.n_tokens, reduce="amax")  # the group's padded length
     return per_token.sum(dim=1) / longest[idx].clamp(min=1.0)
 

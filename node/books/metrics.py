@@ -363,6 +363,8 @@ def progress_line(m: dict[str, Any]) -> str:
         f"{m['tokens_per_s']:.0f} tok/s",
         f"round {m['round_s']:.1f}s",
     ]
+    if m.get("decode") not in (None, "eager: no CUDA"):  # on a GPU: graphs, or eager and why (a CPU is always eager)
+        parts.append(f"decode {m['decode']}")
     if m.get("weights_loaded"):
         parts.append(f"weights v{m['weights_version']} loaded")
     if m.get("staleness_max") is not None:

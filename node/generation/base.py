@@ -47,6 +47,10 @@ class Generator(Protocol):
         """Called after every optimizer step (and with force=True after a checkpoint restore)."""
         ...
 
+    # how the decode steps run and why ("graphs", "eager: no CUDA", "eager: capture failed: …", "vllm: …"): the
+    # node's first line and every metrics line carry it (node.generation.decode.DecodeLoop.mode)
+    decode_mode: str
+
 
 BACKENDS = {  # generation.backend → "module:class"; vLLM is an optional extra, imported only when chosen
     "hf": "node.generation.hf:HFGenerator",

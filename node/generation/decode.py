@@ -25,6 +25,15 @@ CUDA graphs (node.generation.graphs): on a GPU the step is captured once per (ro
 bucket) and replayed, so a decode step costs one launch instead of thousands; the buffers above are
 exactly the graph's inputs. Rows are padded up to a power of two (≥ 8) and lengths to a multiple of
 128 there, so a few buckets serve every round; on the CPU rows are exact and lengths rounded to 16.
+The loop keeps one decoder per rows bucket (at most `KEEP`): a batch takes the kept decoder of its
+rows whose cache is long enough, and a longer batch replaces it, so a round whose prompts cross a
+length bucket does not push out the held-out evaluation's decoder (and its graph) — lengths only grow.
+`mode` says how the steps run and why: "graphs", "eager: no CUDA", "eager: generation.hf.cuda_graphs
+is false", "eager: capture failed: <reason>" (a failed capture leaves a working eager decoder).
+
+Across transformers versions (node.generation.compat): the KV cache stores keys in the values' dtype
+(float32 weights under bfloat16 autocast), and a decode step with grouped-query attention reads the
+cache's K/V heads without expanding them to the query heads.
 """
 
 from __future__ import annotations
@@ -36,8 +45,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from transformers import StaticCache
 
+from node.generation.compat import KVCache, gqa_decoding, uses_gqa
 from node.generation.sampling import sample_next
 
 log = logging.getLogger(__name__)
@@ -88,6 +97,7 @@ class ForwardCall:
         self.cache_name = "cache" if "cache" in params else "past_key_values"
         self.cache_position = "cache_position" in params
         self.eager = attention_backend(model) == "eager"
+        self.gqa = uses_gqa(model)  # decode steps read the K/V heads as cached (node.generation.compat)
         self.dtype = next(model.parameters()).dtype
 
     def __call__(self, model, cache, ids, positions, attend, slots) -> torch.Tensor:
@@ -99,7 +109,8 @@ class ForwardCall:
         kwargs = {self.cache_name: cache, "use_cache": True, "logits_to_keep": 1}
         if self.cache_position:
             kwargs["cache_position"] = slots
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
+        with gqa_decoding(model, self.gqa):
+            return model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
 
 
 class StaticDecoder:
@@ -109,11 +120,12 @@ class StaticDecoder:
         self.model, self.length, self.device = model, length, device
         self.call = ForwardCall(model)
         self.graph = None  # node.generation.graphs.StepGraph once captured
+        self.capture_error: str | None = None  # why a capture failed (graphs.capture)
         self._allocate(rows)
 
     def _allocate(self, rows: int) -> None:
         self.rows = self.full_rows = rows
-        self.cache = StaticCache(config=self.model.config, max_cache_len=self.length)
+        self.cache = KVCache(config=self.model.config, max_cache_len=self.length)
         self.tokens = torch.zeros((rows, 1), dtype=torch.long, device=self.device)
         self.positions = torch.zeros((rows, 1), dtype=torch.long, device=self.device)
         self.attend = torch.zeros((rows, self.length), dtype=torch.bool, device=self.device)
@@ -162,14 +174,19 @@ class StaticDecoder:
         return self.step_forward()
 
 
-def reserve_bytes(model: torch.nn.Module, rows: int, length: int, decoders: int) -> int:
+def reserve_bytes(model: torch.nn.Module, rows: int, length: int, decoders: int, graphs: bool = False) -> int:
     """What `decoders` StaticDecoders of rows × length allocate (KV caches), plus one step's float32 logits
-    and the sampling's copies of them (log-probabilities, probabilities, their float64 cumulative sum)."""
+    and the sampling's copies of them (log-probabilities, probabilities, their float64 cumulative sum); with
+    CUDA graphs, each decoder's graph also keeps a private memory pool holding one step's intermediates
+    (its logits in float32 at most, and a layer's activations: 4 × hidden + 2 × MLP width a row)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = 2 * config.num_hidden_layers * heads * head_dim * next(model.parameters()).element_size()
-    return decoders * kv * rows * length + (4 + 4 + 4 + 8) * rows * config.vocab_size
+    size = next(model.parameters()).element_size()
+    kv = 2 * config.num_hidden_layers * heads * head_dim * size
+    layer = 4 * config.hidden_size + 2 * getattr(config, "intermediate_size", 0)
+    pool = rows * (4 * config.vocab_size + layer * size)
+    return decoders * (kv * rows * length + (pool if graphs else 0)) + (4 + 4 + 4 + 8) * rows * config.vocab_size
 
 
 @dataclass
@@ -181,11 +198,12 @@ class Decoded:
 class DecodeLoop:
     """Decodes batches of prompts on one model, keeping a few StaticDecoders (and their graphs) for reuse."""
 
-    KEEP = 2  # decoders kept at once (a round's shape and the held-out evaluation's)
+    KEEP = 2  # decoders kept at once, one per rows bucket (a round's and the held-out evaluation's)
 
     def __init__(self, *, cuda_graphs: bool = True):
         self.cuda_graphs = cuda_graphs
-        self._decoders: OrderedDict[tuple, StaticDecoder] = OrderedDict()
+        self._decoders: OrderedDict[tuple, StaticDecoder] = OrderedDict()  # (id(model), rows) → decoder
+        self.built = 0  # decoders built so far (on a GPU each is a graph capture)
 
     def bucket(self, rows: int, length: int, device: torch.device) -> tuple[int, int]:
         """The (rows, length) a decoder for this batch has: bucketed for CUDA graphs, else rows exact."""
@@ -193,17 +211,30 @@ class DecodeLoop:
             return max(8, 1 << (rows - 1).bit_length()), -(-length // 128) * 128
         return rows, -(-length // 16) * 16
 
+    def mode(self, device: torch.device) -> str:
+        """How decode steps run on `device`, and why (module doc): "graphs" or "eager: <why>"."""
+        if device.type != "cuda":
+            return "eager: no CUDA"
+        if not self.cuda_graphs:
+            return "eager: generation.hf.cuda_graphs is false"
+        failed = [d.capture_error for d in self._decoders.values() if d.capture_error]
+        return f"eager: capture failed: {failed[-1]}" if failed else "graphs"
+
     def decoder(self, model: torch.nn.Module, rows: int, length: int) -> StaticDecoder:
+        """The kept decoder of this rows bucket when its cache is long enough, else a new one in its place."""
         device = next(model.parameters()).device
         graphs = self.cuda_graphs and device.type == "cuda"
         rows, length = self.bucket(rows, length, device)
-        key = (id(model), rows, length)
-        if key in self._decoders:
+        key = (id(model), rows)
+        dec = self._decoders.get(key)
+        if dec is not None and dec.length >= length:
             self._decoders.move_to_end(key)
-            return self._decoders[key]
+            return dec
+        self._decoders.pop(key, None)  # too short: freed before its longer replacement is allocated
         while len(self._decoders) >= self.KEEP:
             self._decoders.popitem(last=False)
         dec = StaticDecoder(model, rows, length, device)
+        self.built += 1
         if graphs:
             from node.generation.graphs import capture
 

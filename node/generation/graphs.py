@@ -10,7 +10,8 @@ computes the current step with the current weights.
 Capture: two warm-up steps on a side stream (they allocate what a step allocates the first time,
 e.g. the StaticCache's tensors), the captured step, then the cache is reset (its tensors zeroed in
 place: their addresses, which the graph holds, do not change). If capture fails (an operation that
-a graph cannot hold), the decoder stays eager and one warning says why.
+a graph cannot hold), the decoder stays eager, one warning says why, and so does its `capture_error`
+(DecodeLoop.mode: the node's first lines, every metrics line, bench.speed.gpu's rows).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def capture(dec) -> None:
         dec.graph = StepGraph(graph, logits)
     except Exception as exc:  # noqa: BLE001 — any capture failure leaves a working eager decoder
         dec.graph = None
-        log.warning("decode step not captured in a CUDA graph (%s: %s); decoding eagerly",
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        dec.capture_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        log.warning("decode step not captured in a CUDA graph (%s); decoding eagerly", dec.capture_error)
     finally:
         dec.cache.reset()
         dec.attend.zero_()

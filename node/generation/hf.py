@@ -61,20 +61,32 @@ class HFGenerator:
         if self.fallback is not None:
             return f"the decode loop cannot run this model ({self._why}): generating with `generate`"
         device = next(self.model.parameters()).device
-        graphs = "CUDA graphs" if device.type == "cuda" and self.cfg.hf.cuda_graphs else "eager steps"
+        mode = self.decode_mode
+        graphs = "CUDA graphs" if mode == "graphs" else f"eager steps ({mode.removeprefix('eager: ')})"
         what = "LoRA merged into a copy" if self.merged is not None else \
             "LoRA through the adapter" if self.lora else "the training model"
         return f"decode loop on {device}: {what}, static KV cache, {attention_backend(self._decoding_model())} " \
                f"attention, {graphs}"
 
+    @property
+    def decode_mode(self) -> str:
+        """How the decode steps run and why: "graphs", "eager: no CUDA", "eager: capture failed: <reason>", …
+        (node.generation.decode.DecodeLoop.mode); the node prints it and writes it into every metrics line."""
+        if self.fallback is not None:
+            return f"eager: transformers generate ({self._why})"
+        return self.loop.mode(next(self._decoding_model().parameters()).device)
+
     def reserve_bytes(self, rows: int, length: int) -> int:
         """Device memory the loop will allocate for batches of `rows` sequences of `length` tokens (its
-        KV caches, kept for reuse, and a step's logits): what the training step must leave free."""
+        KV caches and CUDA graphs' pools, kept for reuse, and a step's logits): what the training step must
+        leave free."""
         if self.fallback is not None:
             return 0
         model = self._decoding_model()
-        rows, length = self.loop.bucket(rows, length, next(model.parameters()).device)
-        return reserve_bytes(model, rows, length, DecodeLoop.KEEP)
+        device = next(model.parameters()).device
+        rows, length = self.loop.bucket(rows, length, device)
+        graphs = self.loop.cuda_graphs and device.type == "cuda"
+        return reserve_bytes(model, rows, length, DecodeLoop.KEEP, graphs=graphs)
 
     def _decoding_model(self) -> torch.nn.Module:
         if self.merged is not None:

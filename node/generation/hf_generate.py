@@ -6,8 +6,10 @@ With top_p < 1 the nucleus truncation is *not* renormalised into the logprob (as
 
 It generates every prompt × G in as few `generate` calls as the batch cap allows (DASH preemptive
 sampling: sample big, back-propagate small). Raw logits come from `output_logits=True`
-(`compute_transition_scores` would return the *processed* distribution), so it holds every step's
-logits at once, [B·G, L, V] in float32 — the memory the `hf` loop never spends.
+(`compute_transition_scores` would return the *processed* distribution), so `generate` holds every step's
+logits at once, [B·G, L, V] in the model's dtype — the memory the `hf` loop never spends; the log μ are
+then taken one step at a time, each step's logits freed once read (a stacked float32 copy and its
+log-softmax came to ≈ 78 GiB for bench.speed.gpu's 128 rows × 256 tokens of a 151,936 vocabulary).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class HFGenerateGenerator:
         self.tokenizer = tokenizer
         self.cfg = cfg
 
+    decode_mode = "eager: transformers generate (the hf-generate backend)"
+
     def sync_weights(self, model: torch.nn.Module, policy_version: int, *, force: bool = False) -> None:
         self.model = model  # same object: generation always sees the freshest weights
 
@@ -52,12 +56,22 @@ class HFGenerateGenerator:
             self.model.train(was_training)
         prompt_len = enc["input_ids"].shape[1]
         seqs = out.sequences[:, prompt_len:]  # [B*G, L]
-        logits = torch.stack(out.logits, dim=1).float()  # [B*G, L, V] raw, pre-processing
-        logprobs = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
-        token_lp = logprobs.gather(-1, seqs.unsqueeze(-1)).squeeze(-1)  # [B*G, L]
+        token_lp = torch.stack([  # [B*G, L]: one step's raw logits [B*G, V] at a time, freed as they are read
+            torch.log_softmax(step.float() / self.cfg.temperature, dim=-1).gather(-1, seqs[:, t, None]).squeeze(-1)
+            for t, step in enumerate(self._drain(out))], dim=1)
         completions = [trimmed_completion(self.tokenizer, seqs[i].tolist(), token_lp[i].tolist())
                        for i in range(seqs.shape[0])]
         return [completions[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @staticmethod
+    def _drain(out):
+        """`generate`'s per-step logits, each let go once yielded: the [B·G, L, V] they hold together is the
+        backend's whole cost, and nothing beside it is ever built from them (no stacked or float32 copy of it)."""
+        logits = list(out.logits)
+        out["logits"] = None  # the output (a dict and an object) holds them twice
+        for t in range(len(logits)):
+            step, logits[t] = logits[t], None
+            yield step
 
     def _hf_config(self, n: int) -> transformers.GenerationConfig:
         # A fresh config: a checkpoint's own generation_config.json (top_k=50, repetition

@@ -86,6 +86,9 @@ class VLLMGenerator:
         self.tokenizer = tokenizer
         self.lora = hasattr(model, "peft_config")
         self.policy_version = 0
+        # how its steps run (node.generation.hf's decode_mode): vLLM captures its own CUDA graphs unless told not to
+        self.decode_mode = ("vllm: eager (generation.vllm.enforce_eager)" if cfg.vllm.enforce_eager
+                            else "vllm: its graphs")
         self._tmp = None if work_dir else tempfile.TemporaryDirectory(prefix="rlswarm-vllm-")
         self.work_dir = Path(work_dir or self._tmp.name)
         self.policy_dir = self.work_dir / "policy"

@@ -40,7 +40,10 @@ class ModelConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weight dtype (of the frozen base under LoRA, whose adapter peft keeps in "
         "float32). float16 only with LoRA: AdamW updates of float16 weights underflow; for float16 math "
-        "with float32 weights use train.autocast: float16.")
+        "with float32 weights use train.autocast: float16. bfloat16 full fine-tuning loses most updates at a "
+        "small train.lr: AdamW moves a weight by about lr a step, and a bfloat16 weight w changes only when "
+        "that exceeds abs(w)·2^-9 (at lr 1e-5 no weight above 0.005 moves; the node warns at lr ≤ 1e-5); "
+        "keep float32 weights with train.autocast: bfloat16 there.")
     lora: LoraSpec | None = Field(None, description="LoRA adapter; null = full fine-tuning.")
 
     @model_validator(mode="after")

@@ -12,9 +12,11 @@ With checkpointing a row keeps only the layers' inputs (twice, for their gradien
 layer's activations recomputed at a time in the backward pass (per_row / layers).
 
 The budget: the device's free memory (CUDA: free plus what torch holds unused; CPU: MemAvailable)
-less what is not allocated yet — AdamW's two moments of every trainable parameter, and the `hf`
-decode loop's KV caches and per-step logits (node.generation.hf: `HFGenerator.reserve_bytes`) —
-less a tenth for fragmentation. `fits` is the most rows with fixed + rows × per_row within it, at most the rows
+less what is not allocated yet — AdamW's two moments of every trainable parameter and the
+temporaries of its step (`optimizer_bytes`: on a GPU torch's AdamW updates all parameters at once,
+`_foreach_sqrt` of the second moments is one more copy of them), and the `hf` decode loop's KV
+caches, per-step logits and CUDA-graph memory pools (node.generation.hf: `HFGenerator.reserve_bytes`)
+— less a tenth for fragmentation. `fits` is the most rows with fixed + rows × per_row within it, at most the rows
 of a whole step (select.local_groups + external_groups groups of group_size). Without CUDA the
 probe runs under torch.profiler and takes a few training passes' time (SmolLM2-135M: about a
 minute on 2 CPU cores); the checkpointed probe runs only when checkpointing is chosen.
@@ -139,6 +141,13 @@ def step_cost(model: torch.nn.Module, rows: int, row_tokens: int, completion_tok
         model.train(was_training)
 
 
+def optimizer_bytes(model: torch.nn.Module) -> int:
+    """What AdamW's first step allocates beyond the parameters and their gradients: its two moments and,
+    at the step's peak, one more copy of the second moments (the multi-tensor step's square roots), and a
+    step counter per parameter tensor."""
+    return sum(3 * p.numel() * p.element_size() + 64 for p in model.parameters() if p.requires_grad)
+
+
 def fits(per_row: int, fixed: int, budget: int, step_rows: int) -> int:
     """Most rows (≤ step_rows) whose micro-batch, fixed + rows × per_row bytes, stays within budget."""
     return max(0, min(step_rows, (budget - fixed) // max(per_row, 1)))
@@ -167,8 +176,7 @@ def plan_memory(model: torch.nn.Module, cfg, *, row_tokens: int, completion_toke
         if free is None:
             return MemoryPlan(16 if cfg.micro_batch_rows == "auto" else cfg.micro_batch_rows,
                               cfg.gradient_checkpointing is True, f"free memory on {device} unknown: defaults")
-        optimizer = sum(2 * p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        budget = int(0.9 * (free - optimizer - reserve))
+        budget = int(0.9 * (free - optimizer_bytes(model) - reserve))
     before = checkpointing(model)
     gib = 1 << 30
     try:

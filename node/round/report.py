@@ -78,6 +78,8 @@ def round_metrics(parts: RoundParts, out: RoundOutcome, eval_accuracy: float | N
         "rows_dash_filtered": step.rows_filtered,
         "completion_len_mean": statistics.fmean(lengths) if lengths else None,
         "gen_s": gen.seconds,
+        # how generation's decode steps ran and why: graphs | eager: no CUDA | eager: capture failed: … (DecodeLoop.mode)
+        "decode": getattr(parts.generator, "decode_mode", None),
         "tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
         "step_s": step.seconds,
         "round_s": round_s,

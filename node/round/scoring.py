@@ -5,8 +5,10 @@ completion gets ratio exp(logp − logp_beh) = 1 up to float error. Rows are pac
 `prompt ‖ completion`, right-padded; the hidden state at position p predicts token p + 1.
 
 Memory: logits are computed only where a completion token is predicted, and there only in chunks
-of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits (64 MiB on a CPU, 256 MiB on a GPU,
-where bigger matrix products keep it busy): the model's body gives the hidden
+of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits (64 MiB, on a CPU and a GPU alike: a chunk
+peaks at about 3× its size without gradients and 4× with them — 1 GiB at 256 MiB, measured by
+tests/unit/test_vocab_memory.py — and 64 MiB is still a 110 × hidden × 151,936 matrix product,
+enough to keep a GPU busy): the model's body gives the hidden
 states [B, S, H], the positions that predict completion tokens are picked out ([N, H], N real
 completion tokens), and each chunk goes through the output head, the temperature and a float32
 log-softmax, keeping only each row's target log-probability. With gradients, every chunk is
@@ -25,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from node.models.device import autocast_of, innermost, loss_scaled
 
-LOGIT_CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # float32 logits per chunk of completion tokens
+LOGIT_CHUNK_BYTES = {"cpu": 64 << 20, "cuda": 64 << 20}  # float32 logits per chunk of completion tokens
 _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
 

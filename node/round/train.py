@@ -278,6 +278,9 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     for _ in range(cfg.epochs):
         for batch in mini_batches(rows, cfg.mini_batches):
             _one_step(model, optimizer, batch, loss_fn, cfg, temperature, pad_id, old, ref, regularizer, log)
+    device = next(model.parameters()).device
+    if device.type == "cuda":  # the optimizer step's kernels are still running: step_s counts them
+        torch.cuda.synchronize(device)
     return StepResult(log.metrics(), len(rows), total - len(rows), sum(len(r.tokens.completion_ids) for r in rows),
                       time.perf_counter() - start, log.steps)
 

@@ -102,7 +102,7 @@ def cmd_node(args) -> int:
 
     resolve_device(cfg.train.device)  # cuda asked for but absent: one line, before any network start
     _quiet_transformers()
-    from node.config import strangers_note
+    from node.config import precision_note, strangers_note
     from node.models.device import describe
     from node.node import Node
     from node.runner import run
@@ -120,13 +120,16 @@ def cmd_node(args) -> int:
             print(f"[{cfg.name}] peer {transport.peer_id} {where}", flush=True)
         node = Node(cfg, out, transport=transport)
         stack.callback(node.close)
-        print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · loss {cfg.loss.name} · "
-              f"B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
+        decode = getattr(node.generator, "decode_mode", None)  # graphs, or eager and why (every metrics line too)
+        print(f"[{cfg.name}] model {cfg.model.spec} on {describe(node.model, node.precision)} · decode {decode} · "
+              f"loss {cfg.loss.name} · B={cfg.generation.prompts_per_round} G={cfg.generation.group_size} · "
               f"rounds {node.next_round}..{cfg.rounds - 1} ({node.start}) · out {out}", flush=True)
         print(f"[{cfg.name}] {getattr(node.generator, 'choice', cfg.generation.backend)}", flush=True)
         if node.memory_plan is not None:
             print(f"[{cfg.name}] train: {node.memory_plan.describe()}", flush=True)
         if note := strangers_note(cfg):
+            print(f"[{cfg.name}] WARNING: {note}", flush=True)
+        if note := precision_note(cfg):
             print(f"[{cfg.name}] WARNING: {note}", flush=True)
         run(node, cfg.rounds)
     return 0

@@ -1,6 +1,7 @@
 """The decode loop, scoring and memory sizing on a CUDA GPU: CUDA graphs captured and equal to eager steps, log μ
-equal to the scorer's, greedy equal to `generate`, LoRA merged equal to the adapter, a 151,936-entry vocabulary
-within its memory bound, and `train.micro_batch_rows: auto` keeping its promise."""
+equal to the scorer's, greedy equal to `generate`, LoRA merged equal to the adapter, float32 weights under bf16
+autocast decoding (graphed), the planner's reserve covering what the loop keeps, the authors-code filter on CUDA
+inputs, a 151,936-entry vocabulary within its memory bound, and `train.micro_batch_rows: auto` keeping its promise."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def test_graphed_loop_logprobs_equal_the_scorers(qwen, top_p):
     torch.manual_seed(0)
     res = gen.generate(prompts, n=4)
     assert all(d.graph is not None for d in gen.loop._decoders.values()), "the decode step was not captured"
+    assert gen.decode_mode == "graphs", gen.decode_mode
     assert _max_ratio_error(qwen.model, qwen, res, prompts, 0.7) <= 1e-4
 
 
@@ -90,6 +92,48 @@ def test_bf16_generation_stays_on_policy(qwen):
     assert _max_ratio_error(lm.model, lm, gen.generate(prompts, n=4), prompts, 1.0) <= 0.1
 
 
+def test_fp32_weights_under_bf16_autocast_decode_on_cuda(qwen):
+    """float32 weights under bf16 autocast (bench.speed.gpu's fp32-autocast): graphed, on policy (issue 51 item 1)."""
+    lm = copy.deepcopy(qwen)
+    place(lm.model, TrainConfig(device="cuda", autocast="bfloat16"))
+    gen = HFGenerator(lm.model, lm.tokenizer, GenerationConfig(max_new_tokens=24))
+    prompts = _prompts(lm)
+    torch.manual_seed(0)
+    res = gen.generate(prompts, n=4)
+    assert gen.decode_mode == "graphs", gen.decode_mode
+    assert _max_ratio_error(lm.model, lm, res, prompts, 1.0) <= 0.1
+
+
+def test_the_reserve_covers_what_the_loop_keeps(qwen):
+    """What the planner sets aside for the decode loop (HFGenerator.reserve_bytes: KV caches, graphs' pools, a
+    step's logits) covers what two captured decoders (a round's rows and the evaluation's) really keep."""
+    model, tok = _large_vocab_model(qwen), qwen.tokenizer
+    gen = HFGenerator(model, tok, GenerationConfig(max_new_tokens=64))
+    ids = [tok(f"<|user|>\nWhat is {i} + 1?<|end|>\n<|assistant|>\n", add_special_tokens=False)["input_ids"]
+           for i in range(64)]
+    longest = max(map(len, ids)) + 64
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    kw = dict(max_new_tokens=64, temperature=1.0, top_p=1.0, eos_id=-1, pad_id=tok.pad_token_id)
+    gen.loop.run(model, ids, **kw)
+    gen.loop.run(model, ids[:8], **kw)
+    torch.cuda.synchronize()
+    assert gen.decode_mode == "graphs" and len(gen.loop._decoders) == 2
+    assert torch.cuda.max_memory_allocated() - base <= gen.reserve_bytes(64, longest)
+
+
+def test_the_authors_code_filter_on_cuda():
+    from tests.unit.test_losses_gradients import filter_inputs
+
+    inputs = filter_inputs()
+    for k, v in vars(inputs).items():
+        if isinstance(v, torch.Tensor):
+            setattr(inputs, k, v.to(CUDA))
+    out = build_loss("f-tis", g=1.0, filter="authors-code")(inputs)
+    assert out.loss.device.type == "cuda" and out.metrics["filtered_frac"] == 0.25
+
+
 def _large_vocab_model(tiny):
     config = copy.deepcopy(tiny.model.config)
     config.vocab_size = 151_936
@@ -99,7 +143,7 @@ def _large_vocab_model(tiny):
 def test_151936_vocabulary_memory_on_cuda(qwen):
     model, tok = _large_vocab_model(qwen), qwen.tokenizer
     rows, steps = 64, 128
-    bound = rows * steps * 151_936 * 4 / 8  # an eighth of [B, L, V] in float32
+    bound = rows * steps * 151_936 * 4 / 8  # an eighth of [B, L, V] in float32 (593.5 MiB; the scorer's chunk ≤ half)
     batch = [tok(f"<|user|>\nWhat is {i} + 1?<|end|>\n<|assistant|>\n", add_special_tokens=False)["input_ids"]
              for i in range(rows)]
     loop = DecodeLoop()

@@ -31,7 +31,9 @@ def test_two_lab_nodes_share_one_gpu(tmp_path):
     for name in ("lab-0", "lab-1"):
         log = (tmp_path / name / "node.log").read_text()
         assert "on cuda:0" in log and "decode loop on cuda:0" in log and "CUDA graphs" in log, log[:2000]
+        assert " · decode graphs · " in log, log[:2000]  # the first line: graphs, or eager and why
         rows = read_metrics(tmp_path / name / "metrics.jsonl")
+        assert all(m["decode"] == "graphs" for m in rows), [m["decode"] for m in rows]  # captured, not failed
         assert [m["round"] for m in rows] == [0, 1, 2, 3]
         assert all(m["rows_trained"] > 0 for m in rows)
         assert sum(m["groups_external"] for m in rows) > 0, name  # they exchanged

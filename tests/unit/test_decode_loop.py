@@ -109,6 +109,7 @@ def test_merged_copy_shares_what_lora_does_not_adapt(lora_lm):
 
 def _greedy_generate(lm, prompts, max_new_tokens) -> list[list[int]]:
     enc = lm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = enc.to(next(lm.model.parameters()).device)  # a CUDA model: only transformers ≥ 5.x would move them itself
     cfg = HFGenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=lm.tokenizer.pad_token_id,
                              eos_token_id=lm.tokenizer.eos_token_id)
     with torch.no_grad():

@@ -223,3 +223,38 @@ def test_hf_generate_feeds_the_model_on_its_device(tiny_qwen):
     with pytest.raises(_Generated) as exc:
         gen.generate(["What is 2 + 3?"], n=2)
     assert {d.type for d in exc.value.args} == {"meta"}
+
+
+def test_the_greedy_reference_feeds_the_model_on_its_device(tiny_qwen):
+    """tests/gpu's greedy-equals-generate check runs this helper on a CUDA model: its inputs go to the model's
+    device (only transformers ≥ 5.x moved CPU inputs to a CUDA model by itself)."""
+    from tests.unit.test_decode_loop import _greedy_generate
+
+    lm = SimpleNamespace(model=_MetaModel(), tokenizer=tiny_qwen.tokenizer)
+    with pytest.raises(_Generated) as exc:
+        _greedy_generate(lm, ["What is 2 + 3?", "Hi"], 4)
+    assert {d.type for d in exc.value.args} == {"meta"}
+
+
+def test_bfloat16_full_fine_tuning_at_a_small_lr_loses_most_updates_and_the_node_says_so(tiny_qwen):
+    """One AdamW step (each weight moves by about lr) on bfloat16 weights: at lr 1e-5 most weights do not change
+    at all (15 % of tiny-qwen2's did, 2 % at 1e-6), in float32 every one does; node.config.precision_note warns
+    of exactly that setup."""
+    from node.config import parse_config, precision_note
+
+    changed = {}
+    for dtype, lr in ((torch.bfloat16, 1e-5), (torch.bfloat16, 1e-6), (torch.float32, 1e-6)):
+        model = copy.deepcopy(tiny_qwen.model).to(dtype)
+        before = [p.detach().clone() for p in model.parameters()]
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        torch.optim.AdamW(list(model.parameters()), lr=lr, weight_decay=0.0).step()
+        moved = sum(int((p.detach() != b).sum()) for p, b in zip(model.parameters(), before))
+        changed[(dtype, lr)] = moved / sum(b.numel() for b in before)
+    assert changed[(torch.bfloat16, 1e-5)] < 0.5 and changed[(torch.bfloat16, 1e-6)] < 0.1, changed
+    assert changed[(torch.float32, 1e-6)] > 0.99
+    base = {"model": {"spec": "tiny-qwen2", "dtype": "bfloat16"}, "tasks": {"datasets": [{"name": "chain_sum"}]}}
+    assert "most AdamW updates" in precision_note(parse_config({**base, "train": {"lr": 1e-5}}))
+    assert precision_note(parse_config({**base, "train": {"lr": 1e-4}})) is None
+    assert precision_note(parse_config({**base, "model": {**base["model"], "lora": {"r": 8}}})) is None
+    assert precision_note(parse_config({**base, "model": {"spec": "tiny-qwen2"}})) is None  # float32

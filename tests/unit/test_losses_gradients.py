@@ -161,6 +161,16 @@ def test_filter_zeroes_exactly_negative_far_rows(filt, g, d_expected, filtered):
             assert bool((g_tis[i] != 0).all())
 
 
+@pytest.mark.parametrize("filt", ["paper", "authors-code"])
+def test_the_filter_makes_its_tensors_on_the_inputs_device(filt):
+    """A tensor the loss makes without naming a device lands on the default one (the CPU), which fails beside
+    CUDA inputs. Here the default device is `meta` while the inputs are on the CPU: the same mix, on a CPU."""
+    inputs = filter_inputs()
+    with torch.device("meta"):
+        out = build_loss("f-tis", g=1.0, filter=filt)(inputs)
+    assert out.loss.device.type == "cpu" and out.metrics["filtered_frac"] == 0.25 * (filt == "authors-code")
+
+
 def test_grpo_ratio_old_trains_a_preferred_peer_answer_that_ratio_behaviour_clips_away():
     """A peer's correct answer our policy already prefers (π_θ/μ = 1.6 > 1 + ε_high) gets no gradient
     when the ratio is against μ; SAPO and PubSwap treat it as on-policy (ratio against π_old = 1)."""

@@ -5,6 +5,7 @@ once at start and saying so."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,23 @@ def test_checkpointing_only_when_the_micro_batch_would_not_fit(model):
     assert plan_memory(m, TrainConfig(micro_batch_rows=4), budget=1, **kw) is None  # nothing auto: nothing measured
 
 
+@pytest.mark.parametrize("foreach", [False, True], ids=["per-tensor (CPU default)", "multi-tensor (CUDA default)"])
+def test_the_budget_holds_adamws_first_step(model, foreach):
+    """The planner sets aside `optimizer_bytes` for the optimizer: AdamW's first step, measured, allocates no more
+    (its two moments were 2× the parameters; the multi-tensor step CUDA runs adds a third copy at its peak)."""
+    import torch
+
+    from node.round.memory import measure, optimizer_bytes
+
+    m, _ = model
+    for p in m.parameters():
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(list(m.parameters()), lr=1e-3, foreach=foreach)
+    _, peak = measure(opt.step, lambda: None, torch.device("cpu"))
+    params = sum(p.numel() * p.element_size() for p in m.parameters())
+    assert 2 * params < peak <= optimizer_bytes(m)
+
+
 def test_a_node_resolves_auto_once_at_start_and_prints_it(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "ops.cli", "node", "--config", "examples/tiny-solo.yaml",
@@ -79,6 +97,10 @@ def test_a_node_resolves_auto_once_at_start_and_prints_it(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "[tiny-solo] generation backend hf (the policy is on cpu, not a GPU) · decode loop on cpu" in out
+    first = next(x for x in out.splitlines() if x.startswith("[tiny-solo] model "))
+    assert " · decode eager: no CUDA · " in first  # graphs or eager, and why: the first line and every metrics line
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics and all(m["decode"] == "eager: no CUDA" for m in metrics)
     line = next(x for x in out.splitlines() if x.startswith("[tiny-solo] train: micro_batch_rows "))
     assert "gradient checkpointing off" in line  # a tiny model fits: no recomputation
     cfg = parse_config({"model": {"spec": "tiny-qwen2"}, "tasks": {"datasets": [{"name": "chain_sum"}]},

@@ -72,5 +72,60 @@ def test_a_151936_vocabulary_generates_scores_and_trains_far_below_the_blv_size(
     assert out["peak_growth"] < BOUND
 
 
+
+def test_the_cuda_logit_chunk_leaves_room_under_the_gpu_tests_bound(monkeypatch):
+    """tests/gpu's test_151936_vocabulary_memory_on_cuda holds generation, scoring and a training step to BOUND on a
+    GPU. The scorer's part there is one chunk of logits at a time (node.round.scoring, LOGIT_CHUNK_BYTES["cuda"]),
+    measured here with that chunk size, forward and backward (each chunk is recomputed in the backward pass):
+    it must take at most half of BOUND. A 256 MiB chunk peaked at 1,022 MiB here, twice the whole bound."""
+    import torch
+
+    import node.round.scoring as scoring
+    from node.round.memory import measure
+
+    chunk = scoring.LOGIT_CHUNK_BYTES["cuda"]
+    monkeypatch.setitem(scoring.LOGIT_CHUNK_BYTES, "cpu", chunk)  # the CUDA chunk, on this CPU
+    head = torch.nn.Linear(64, VOCAB, bias=False).requires_grad_(False)
+    n = 3 * (chunk // (4 * VOCAB)) + 7  # three chunks and a bit
+    hidden = torch.randn(n, 64, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (n,))
+    out = []
+    _, peak = measure(lambda: out.append(scoring.target_logprobs(head, head, hidden, targets, 1.0).sum()),
+                      lambda: out.pop().backward(), torch.device("cpu"))
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0
+    print(f"scorer peak with a {chunk >> 20} MiB chunk: {peak / 2**20:.0f} MiB; GPU test bound {BOUND / 2**20:.1f} MiB")
+    assert peak <= BOUND / 2
+
+
+
+def test_the_generate_reference_holds_its_logits_once(tiny_qwen):
+    """The `hf-generate` backend keeps `generate`'s per-step logits, [rows, steps, V]; taking the log μ from them
+    must not hold another copy beside it (a stacked float32 copy and its log-softmax made ≈ 78 GiB of
+    bench.speed.gpu's reference round: out of memory on an 80 GB GPU). Peak, measured: at most 1.5× that size."""
+    import torch
+
+    from node.generation.config import GenerationConfig
+    from node.generation.hf_generate import HFGenerateGenerator
+    from node.models.builders import init_causal_lm
+    from node.round.memory import measure
+    from node.tasks.source import render_prompt
+
+    rows, steps = 8, 24
+    config = tiny_qwen.model.config.__class__.from_dict(tiny_qwen.model.config.to_dict())
+    config.vocab_size = VOCAB
+    model = init_causal_lm(config, seed=0).eval()
+    prompts = [render_prompt(tiny_qwen.tokenizer, "What is 2 + 3?", None)]
+    gen = HFGenerateGenerator(model, tiny_qwen.tokenizer, GenerationConfig(
+        backend="hf-generate", max_new_tokens=steps, max_batch_sequences=rows))
+    torch.manual_seed(0)
+    gen.generate(prompts, n=2)  # warm-up
+    out = []
+    _, peak = measure(lambda: out.append(gen.generate(prompts, n=rows)), lambda: None, torch.device("cpu"))
+    held = rows * steps * VOCAB * 4  # generate's own [rows, steps, V] float32 logits
+    assert out[0].new_tokens > 0
+    print(f"hf-generate peak {peak / 2**20:.0f} MiB; its logits {held / 2**20:.0f} MiB")
+    assert peak <= 1.5 * held
+
+
 if __name__ == "__main__":
     main()
