@@ -9,7 +9,7 @@ from ops.cli.local import _node_plan, _ports
 
 def _plan(*sets: str, nodes: int = 3):
     return _ports(_node_plan(Namespace(config=["examples/tiny-swarm.yaml"], nodes=nodes, rounds=None,
-                                       set=list(sets))))
+                                       set=list(sets), out="runs/x")))
 
 
 def test_metrics_ports_are_derived_per_node():
@@ -22,7 +22,7 @@ def test_metrics_ports_are_derived_per_node():
 
 
 def test_the_solo_control_runs_node_0s_stream_alone_on_all_its_own_groups():
-    plan = _node_plan(Namespace(config=["examples/lab-swarm.yaml"], nodes=2, rounds=5, set=["seed=7"], control=True))
+    plan = _node_plan(Namespace(config=["examples/lab-swarm.yaml"], nodes=2, rounds=5, set=["seed=7"], control=True, out="runs/x"))
     (n0, _, c0, _), (n1, _, c1, _), (solo, _, cs, extra) = plan
     assert (n0, n1, solo) == ("lab-0", "lab-1", "lab-solo")
     assert cs.swarm.enabled is False and c0.swarm.enabled is True
@@ -44,7 +44,7 @@ def test_the_solo_control_refuses_a_learner_and_its_samplers():
 
 def test_a_heterogeneous_pair_gets_one_solo_control_per_node():
     plan = _node_plan(Namespace(config=["examples/hetero/spell.yaml", "examples/hetero/spell-wide.yaml"], nodes=2,
-                                rounds=4, set=[], control=True))
+                                rounds=4, set=[], control=True, out="runs/x"))
     names = [name for name, *_ in plan]
     assert names == ["spell", "spell-wide", "spell-solo", "spell-wide-solo"]
     (_, _, a, _), (_, _, b, _), (_, _, sa, _), (_, _, sb, _) = plan
