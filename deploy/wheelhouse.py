@@ -19,7 +19,8 @@ folder alone (`--no-index`, no pip configuration) beside the same stand-in, with
 also gets `requirements.txt` (every distribution the box installs, pinned `==`, with the sha256 of each of its
 files: the box's command, `--require-hashes -r` it, refuses a file edited in the folder and installs no other
 version dropped beside), `SHA256SUMS` (every file, for `sha256sum -c`) and `INSTALL.txt` (the command for the
-box). Progress is printed step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default
+box). pytest goes in beside the project (`WITH`), unless the box has it: deploy/gpu_check.py, the box's one
+command, runs the GPU tests with it. Progress is printed step by step. Downloads are kept by hash under $SWARM_CACHE_DIR/wheels (default
 ~/.cache/rlswarm/wheels), and wheels built here under its built*/ with their sha256 recorded (a later run takes
 those before a newer source-only release). Whatever is taken from there is hashed again first: a download whose
 hash is no longer the index's is downloaded again, a built wheel that no longer has its recorded hash is built
@@ -67,6 +68,7 @@ ARCHES = ("x86_64", "aarch64")
 FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)")
 HOW = "write it on the box with: python3 -m pip list --format=freeze > box.txt"
 SOURCE = (".tar.gz", ".zip")
+WITH = ["pytest>=8"]  # beside the project: the box's GPU check (deploy/gpu_check.py) runs tests/gpu with it
 
 
 def say(text: str) -> None:
@@ -128,7 +130,7 @@ def from_sources(reqs: list[str], box: Box, built: Path, sources: dict, cache: P
 def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[dict], list[dict], dict]:
     """The report items of what the box needs, those of the build tools its sources declare, and the sources
     it builds."""
-    ours = str(next(built.glob("rlswarm_node-*.whl")))
+    roots = [str(next(built.glob("rlswarm_node-*.whl"))), *WITH]
     fits_here = box.python == HERE and box.arch == platform.machine()
     # wheels an earlier run built here from sources (pure, or for this Python and CPU), each hashed again first
     for kept in [cache / "built", *([cache / f"built-{HERE_TAG}"] if fits_here else [])]:
@@ -137,7 +139,7 @@ def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[di
     present = {n: (v, []) for n, v in box.present.items() if n != canonicalize_name(PROJECT)}
     sources: dict[str, tuple[str, list[str], Path]] = {}
     say(f"looking for what is published only as source ({time.perf_counter() - started:.0f} s)")
-    first = box.resolve([ours], present, [built], sources_too=True)
+    first = box.resolve(roots, present, [built], sources_too=True)
     only_source = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in first
                    if not i["download_info"]["url"].split("#")[0].endswith(".whl")]
     if only_source:
@@ -146,7 +148,7 @@ def resolve(box: Box, built: Path, cache: Path, started: float) -> tuple[list[di
         say(f"resolving for Python {box.python} on linux {box.arch} beside the box's {len(present)} distributions "
             f"(pass {attempt}, {time.perf_counter() - started:.0f} s)")
         try:
-            items = box.resolve([ours], present | {n: (v, r) for n, (v, r, _) in sources.items()}, [built])
+            items = box.resolve(roots, present | {n: (v, r) for n, (v, r, _) in sources.items()}, [built])
             break
         except Missing as m:  # no wheel for the box where the first look (this machine's) found one
             from_sources([str(m)], box, built, sources, cache)

@@ -2,7 +2,7 @@
 and peft are not .venv's lists what it has; the wheelhouse is built here from that list (PyPI is needed for
 this part); the box installs the project from the folder alone with INSTALL.txt's command (`--no-index
 --require-hashes -r wheelhouse/requirements.txt`, no pip configuration) and runs a node for two rounds with a
-LoRA adapter.
+LoRA adapter; before that, the GPU box's one command (deploy/gpu_check.py) runs its CPU dry run there.
 
 What the box varies: transformers 4.57.6 and peft 0.17.1 (older releases the project's requirements
 admit; huggingface_hub, tokenizers and the rest follow them). Such a box lacks pydantic and rich, which
@@ -98,12 +98,35 @@ def test_a_box_with_other_transformers_and_peft_installs_offline_and_runs_a_node
     assert where[0].startswith(str(box)) and where[1:] == [BOX["transformers"], BOX["peft"]]
 
     env = dict(os.environ, SWARM_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")  # tiny-qwen2 built there
+    gpu_check_dry_run(python, tmp_path, env)
+
     run = sh(box / "bin" / "swarm", "node", "--config", ROOT / "examples" / "tiny-solo.yaml", "--rounds", "2",
              "--out", tmp_path / "run", "--set", "model.lora.r=8", env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1] and rows[-1]["policy_version"] == 2
     assert (tmp_path / "run" / "checkpoints" / "round-00000001" / "adapter").is_dir()  # peft saved the adapter
+
+
+def gpu_check_dry_run(python: Path, tmp_path: Path, env: dict) -> None:
+    """The GPU box's one command (deploy/gpu_check.py) in its CPU dry run, in this box: the install from the
+    wheelhouse (pytest came with it), the GPU tests collected, and bench scenarios each in its own process on
+    the box's transformers 4.57.6 — fp32-autocast (float32 weights under bf16 autocast, which crashed the decode
+    loop on 4.57), lora made to run out of memory (SWARM_BENCH_FAIL), and the reference still run after it."""
+    out = tmp_path / "gpu-check"
+    got = sh(python, ROOT / "deploy" / "gpu_check.py", "--dry-run", "--wheelhouse", tmp_path / "wheelhouse",
+             "--out", out, "--scenarios", "fp32-autocast", "lora", "hf-generate", cwd=tmp_path, timeout=900,
+             env=dict(env, PIP_CONFIG_FILE=os.devnull, SWARM_BENCH_FAIL="lora:oom"))
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-3000:]  # lora did not pass
+    summary = json.loads((out / "summary.json").read_text())
+    assert {s["step"]: s["status"] for s in summary["steps"]} == {"install": "ok", "tests": "ok", "bench": "failed"}
+    assert summary["scenarios"] == {"fp32-autocast": "ok", "lora": "out of memory", "hf-generate": "ok"}
+    assert summary["versions"]["transformers"] == BOX["transformers"] and summary["versions"]["device"] == "cpu"
+    rows = json.loads((out / "gpu_dry.json").read_text())["scenarios"]
+    assert [r["name"] for r in rows] == ["fp32-autocast", "lora", "hf-generate"]
+    assert rows[0]["decode"] == "eager: no CUDA" and rows[0]["is_weight_max"] < 1.1
+    assert "--no-index --find-links" in got.stdout and "--require-hashes -r" in got.stdout  # the box's command
+    assert (out / "gpu-check-logs.tar.gz").stat().st_size < 1 << 20  # small enough to send back
 
 
 def python312() -> Path | None:

@@ -254,6 +254,7 @@ def test_a_wheel_built_by_an_earlier_run_is_hashed_again_before_it_is_reused(tmp
 
         def resolve(self, roots, installed, links, offline=False, sources_too=False):
             self.seen = self.seen or sorted(p.name for p in links[0].glob("*.whl"))
+            self.roots = roots
             return []
 
     built = tmp_path / "built"
@@ -263,3 +264,4 @@ def test_a_wheel_built_by_an_earlier_run_is_hashed_again_before_it_is_reused(tmp
     wheelhouse.resolve(box, built, tmp_path / "cache", 0.0)
     assert box.seen == ["rlswarm_node-1.0-py3-none-any.whl", "varint-1.0-py3-none-any.whl"]
     assert sorted(p.name for p in kept.glob("*.whl")) == ["varint-1.0-py3-none-any.whl"]
+    assert box.roots[1:] == ["pytest>=8"]  # the box's GPU check (deploy/gpu_check.py) runs tests/gpu with it
