@@ -6,6 +6,9 @@ is live at a time):
 
     fixed    = 4 · params (float32 weights) + 16 · trainable params (gradient + AdamW's two moments)
                + 200 MiB (the node's tokenizer, task source and allocator overhead)
+               + the decode loop's kept KV caches (node.generation.decode: a decoder for the round's batch and
+                 one for the held-out evaluation's, kept between rounds): kv_per_token · (round rows + eval
+                 rows) · (96 + max_new_tokens), kv_per_token = 2 · layers · kv_heads · head_dim · 4 bytes
     step     = micro_batch_rows · (96 + max_new_tokens) · per_token   (96: more than a lab or reasoning-gym prompt)
     per_token = ACTIVATION_FACTOR · 4 · layers · (12 · hidden + 5 · intermediate)   (float32 activations a token
                keeps for the backward pass without gradient checkpointing; a quarter of that with it)
@@ -54,6 +57,8 @@ def _model_shape(spec: str) -> dict | None:
         return None
     config = config.get("text_config", config)
     hidden, layers = config.get("hidden_size"), config.get("num_hidden_layers")
+    heads0 = config.get("num_attention_heads") or 1
+    head_dim = config.get("head_dim") or (hidden // heads0 if hidden else 0)
     if not hidden or not layers:
         return None
     inter = config.get("intermediate_size") or 4 * hidden
@@ -62,7 +67,8 @@ def _model_shape(spec: str) -> dict | None:
     kv = config.get("num_key_value_heads") or heads
     per_layer = hidden * hidden * (2 + 2 * kv / heads) + 3 * hidden * inter
     params = layers * per_layer + vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
-    return {"hidden": hidden, "layers": layers, "intermediate": inter, "params": params}
+    return {"hidden": hidden, "layers": layers, "intermediate": inter, "params": params,
+            "kv_per_token": 2 * layers * kv * head_dim * 4}
 
 
 def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
@@ -77,7 +83,11 @@ def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
         return None
     trainable = shape["params"] if cfg.model.lora is None else \
         shape["layers"] * 7 * 2 * cfg.model.lora.r * shape["hidden"]
-    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD
+    g = cfg.generation
+    rows = [min(g.max_batch_sequences, n) for n in (g.prompts_per_round * g.group_size,
+                                                    cfg.tasks.eval_size * cfg.eval.samples)]
+    caches = shape["kv_per_token"] * sum(rows) * (96 + g.max_new_tokens)
+    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD + caches
     rows = cfg.train.micro_batch_rows
     if rows == "auto":  # the planner fits the step into what it sees free: count a modest micro-batch
         rows = 8

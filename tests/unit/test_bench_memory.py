@@ -15,7 +15,7 @@ SMOL = "examples/papers/sapo-smollm2.yaml"
 
 def test_the_estimate_grows_with_the_micro_batch_and_the_nodes():
     small = job_bytes(SMOL, {"train.micro_batch_rows": 8}, 2)
-    assert small is not None and 4 * GiB < small < 10 * GiB  # measured: an 8-row step ≈ 2.7 GB over ≈ 1.3 GB
+    assert small is not None and 6 * GiB < small < 11 * GiB  # measured: 2 nodes at 8 rows held 8.3–9.1 GB
     assert job_bytes(SMOL, {"train.micro_batch_rows": 64}, 2) > 20 * GiB  # measured ≈ 22 GB for that step alone
     assert job_bytes(SMOL, {"train.micro_batch_rows": 8}, 4) > small
     assert job_bytes(SMOL, {"train.micro_batch_rows": 8, "train.gradient_checkpointing": True}, 2) < small
