@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,11 +38,15 @@ from node.round.select import SapoSelector
 from node.round.train import build_optimizer
 from node.tasks.source import TaskSource, render_prompt
 
+if TYPE_CHECKING:
+    from swarm.exchange.transport import Transport
+
 log = logging.getLogger(__name__)
 
 
 class Node:
-    def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport=None, clock: Callable[[], float] = time.time):
+    def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport: Transport | None = None,
+                 clock: Callable[[], float] = time.time):
         self.cfg = cfg
         self.clock = clock  # the rounds' clock (node.round.parts.RoundParts.clock)
         self.out_dir = Path(out_dir)
@@ -77,8 +82,7 @@ class Node:
         self.federated = None
         if cfg.federated is not None:
             print(self.tasks.describe(), flush=True)
-            self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id,
-                                       dht=getattr(transport, "dht", None))
+            self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id, transport=transport)
         self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"),
                               identity={"name": cfg.name, "peer_id": transport.peer_id if transport else None,
                                         "model": cfg.model.spec})

@@ -21,7 +21,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from protocols.codec import DEFAULT_CAPS, Caps
-from swarm.exchange.transport import Limits
 
 
 def _check_maddr(addr: str, *, need_peer: bool) -> str:
@@ -191,11 +190,3 @@ class SwarmConfig(BaseModel):
             raise ValueError("client_mode and use_auto_relay exclude each other: a client-mode node accepts no "
                              "connections, relayed ones included")
         return self
-
-    def limits(self) -> Limits:
-        """The receive limits and fan-in budget the transports enforce."""
-        return Limits(caps=self.caps.to_caps(), max_records_per_peer_window=self.max_records_per_peer_window,
-                      max_bytes_per_peer_window=self.max_bytes_per_peer_window, max_age_s=self.max_age_s,
-                      max_clock_skew_s=self.max_clock_skew_s, window_s=self.window_s, shards=self.shards,
-                      max_fetches_per_window=self.max_fetches_per_window, good_for_s=self.good_for_s,
-                      backoff_s=self.backoff_s, max_peers=self.max_peers, max_pending_bytes=self.max_pending_bytes)

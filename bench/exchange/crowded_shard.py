@@ -13,7 +13,7 @@ their publication (delay). Arms:
     dht-only | push        the honest peer announces through the DHT alone (swarm.notify_peers 0) or also
                            pushes each announcement to the peers it knows (the default, docs/PROTOCOL.md §6.2)
     random                 (G 40, dht-only) the victim's reads keep a random subset of a crowded key's entries,
-                           as before swarm.exchange.polling.pick_entries, instead of its peers in good standing first
+                           as before swarm.dht.entries.pick_entries, instead of its peers in good standing first
 
 Reads of a crowded key are paced by the entries under it (swarm.exchange.polling: a key of n entries is read about
 every n × 4 × 1.25 / 12.8 s), so a peer announcing through the DHT alone is seen late and loses bundles

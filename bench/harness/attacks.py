@@ -27,7 +27,7 @@ from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle, record_to_wire, sha256_hex
 from protocols.keys import rollouts_key, window_of
 from protocols.records import SCHEMA_VERSION, Announcement, RolloutRecord
-from swarm.exchange import wire
+from swarm.net import wire
 from swarm.net.dial import open_stream
 
 BOMB_TOKENS = 8192  # per completion: the wire cap

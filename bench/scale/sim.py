@@ -3,7 +3,7 @@
 REAL (imported and called, not re-implemented):
     protocols.keys        window_of, shard_of, rollouts_key: which key an announcement goes under
     protocols.codec       encode_announcement (every announcement's bytes); encode_bundle once for the size
-    swarm.config          SwarmConfig(...).limits(): the receive limits and fan-in budget
+    swarm.config          SwarmConfig(...), through swarm.exchange.receive.Limits.of: the receive limits and fan-in budget
     swarm.exchange.polling         PollPlan.keys / PollPlan.saw: which keys each poll tick reads, crowded keys less often
     swarm.dht.expiry          Expirations.next: the expiration of every DHT store
     swarm.exchange.inbox           Inbox.offer (vetting: swarm.exchange.receive.vet_announcement, dedupe, backoff, candidate
@@ -51,6 +51,7 @@ from swarm.dht.expiry import Expirations
 from swarm.exchange.inbox import Inbox
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.push import Pusher
+from swarm.exchange.receive import Limits
 
 SLOTS, STRANGER_SLOTS = 8, 4  # swarm.config max_concurrent_fetches default, and half of it for strangers
 T0 = 1.78e9  # unix time at sim time 0
@@ -101,7 +102,7 @@ class Simulation:
                                max_fetches_per_window=setting.budget, notify_peers=setting.notify,
                                push_peers=max(1, setting.notify), poll_interval_s=setting.poll_s,
                                max_entries_per_key=setting.max_entries_per_key)
-        self.limits = self.cfg.limits()
+        self.limits = Limits.of(self.cfg)
         self.world = make_world(setting, self.rng)
         self.dht = DHTModel(self.world, costs.entry_bytes)
         self.by_id = {p.peer_id: p.idx for p in self.world}

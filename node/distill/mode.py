@@ -16,12 +16,13 @@ from node.distill.config import DistillConfig
 from node.distill.serve import ScoreBudget, ScoreService, Teacher
 from node.distill.student import Asked, Student
 from protocols.score import ScoreCaps
+from swarm.exchange.scoring import ScoreLink
 
 
 class Distill:
     """The distillation parts of one node (module docstring)."""
 
-    def __init__(self, cfg: DistillConfig, link, student: Student | None, service: ScoreService | None,
+    def __init__(self, cfg: DistillConfig, link: ScoreLink, student: Student | None, service: ScoreService | None,
                  bounds: TeacherBounds = TeacherBounds()):
         self.cfg, self.link, self.student, self.service = cfg, link, student, service
         self.bounds = bounds  # what a teacher's values can do to this node's loss (losses.distill)
@@ -61,7 +62,7 @@ def teacher_bounds(cfg) -> TeacherBounds:
 
 
 def build_distill(node) -> Distill | None:
-    """The node's Distill (module docstring), on its transport: the in-memory twin or hivemind."""
+    """The node's Distill (module docstring), on the score stream its transport opens (Transport.open_score_link)."""
     cfg: DistillConfig = node.cfg.distill
     if not (cfg.serve or cfg.student) or node.transport is None:
         return None
@@ -71,11 +72,7 @@ def build_distill(node) -> Distill | None:
 
         raise ConfigError(f"distill.teachers: {unresolved[0]} names a node of a `swarm local` run, which only "
                           "`swarm local` resolves; give this node its teacher's peer id")
-    from swarm.exchange.memory import InMemoryTransport
-    from swarm.exchange.scoring import HivemindScoreLink, MemoryScoreLink
-
-    link_type = MemoryScoreLink if isinstance(node.transport, InMemoryTransport) else HivemindScoreLink
-    link = link_type(node.transport, max_bytes=cfg.max_request_bytes, timeout_s=cfg.wait_s)
+    link = node.transport.open_score_link(max_bytes=cfg.max_request_bytes, timeout_s=cfg.wait_s)
     caps = ScoreCaps(max_bytes=cfg.max_request_bytes, max_decompressed_bytes=4 * cfg.max_request_bytes)
     swarm_id = node.cfg.swarm.swarm_id
     service = student = None

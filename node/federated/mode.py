@@ -10,7 +10,8 @@ rounds without a server, and the FedAvg-GRPO / FedProx / PubSwap algorithms.
                   and peers' responses to step k. k is the node's next step, or the newest step a
                   peer has published when that is ahead: a client that lags or joins late catches up.
   average         after every τ-th round: FedIT averaging of the LoRA tensors (A and B separately)
-                  with whichever peers join in time (swarm.weights.averaging), optionally weighted by the
+                  with whichever peers join in time (swarm.weights.averaging, on the averager the node's
+                  transport opens: Transport.open_averager), optionally weighted by the
                   samples trained since the last average; on success the optimizer state is reset
                   (as the paper) and the new weights are synced into the generator.
   FedProx         adds μ/2·‖θ − θ_round‖² over the LoRA tensors to every step's loss, θ_round =
@@ -28,6 +29,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -40,6 +42,9 @@ from node.tasks import streams
 from node.tasks.config import TaskConfig
 from node.tasks.source import Task, TaskSource, regenerate
 from protocols.records import TaskRef
+
+if TYPE_CHECKING:
+    from swarm.exchange.transport import Transport
 
 
 class FederatedTasks(TaskSource):
@@ -148,7 +153,8 @@ def build_public_groups(local: list[Group], received: list[Group], cfg: Federate
 class Federated:
     """A node's federated state: algorithm, averaging partner search, FedProx anchor, sample count."""
 
-    def __init__(self, cfg: FederatedConfig, model: torch.nn.Module, *, swarm_id: str, dht=None, averager=None):
+    def __init__(self, cfg: FederatedConfig, model: torch.nn.Module, *, swarm_id: str,
+                 transport: Transport | None = None, averager=None):
         self.cfg = cfg
         self.tensors = adapter_tensors(model)
         if not self.tensors:
@@ -157,11 +163,9 @@ class Federated:
         self.samples = 0  # rows trained since the last averaging boundary
         self.next_step = 0  # index of our next public step (PubSwap)
         self.averager = averager
-        if self.averager is None and dht is not None:
-            from swarm.weights.averaging import AdapterAverager
-
-            self.averager = AdapterAverager(
-                self.tensors, dht, prefix=f"{swarm_id}_lora".replace(".", "_"), target_group_size=cfg.split.clients,
+        if self.averager is None and transport is not None:  # None on a transport without a DHT (the in-memory twin)
+            self.averager = transport.open_averager(
+                self.tensors, prefix=f"{swarm_id}_lora".replace(".", "_"), target_group_size=cfg.split.clients,
                 min_group_size=cfg.min_group_size, matchmaking_time_s=cfg.matchmaking_time_s,
                 request_timeout_s=min(3.0, cfg.matchmaking_time_s / 2), allreduce_timeout_s=cfg.allreduce_timeout_s)
 

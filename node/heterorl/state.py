@@ -5,8 +5,8 @@
     LearnerState   publishes its weights (at start and every `publish_every` steps), holds incoming records
                    in the delay line (ingest.delay), and counts what the staleness bound drops
 
-Both need a swarm: the channel lives on the node's transport (swarm.weights.channel: the in-memory twin in
-tests and benches, swarm.weights.hivemind on a real one).
+Both need a swarm: the channel lives on the node's transport, which opens it (Transport.open_weights: the
+in-memory twin of swarm.weights.channel in tests and benches, swarm.weights.hivemind on a real one).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from node.config import ConfigError, NodeConfig
 from node.heterorl.weights import WeightsRejected, apply_weights, export_weights, weights_format
 from node.round.delay import DelayLine
-from swarm.weights.channel import WeightLimits
+from swarm.weights.channel import WeightChannel, WeightLimits
 
 if TYPE_CHECKING:
     from node.round.parts import RoundParts
+    from swarm.exchange.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -31,26 +32,18 @@ class RoleNode(Protocol):
     node.round.parts.RoundParts, which has the same names)."""
 
     cfg: NodeConfig
-    transport: Any  # swarm.exchange.memory.InMemoryTransport or swarm.exchange.hivemind.HivemindTransport; None: no swarm
+    transport: Transport | None  # None: no swarm
     model: Any  # the torch model the weights are exported from / loaded into
     hetero: Any  # this module's SamplerState / LearnerState, or None
 
 
-def open_channel(node: RoleNode, follow: list[str]):
-    """The weight channel on the node's transport (in-memory twin or hivemind)."""
-    from swarm.exchange.memory import InMemoryTransport
-    from swarm.weights.channel import InMemoryWeights, weight_hub_of
-
+def open_channel(node: RoleNode, follow: list[str]) -> WeightChannel:
+    """The weight channel the node's transport opens (swarm.exchange.transport.Transport.open_weights)."""
     h = node.cfg.heterorl
-    fmt = weights_format(node.model)
     limits = WeightLimits(max_bytes=h.max_weight_bytes, max_clock_skew_s=node.cfg.swarm.max_clock_skew_s)
-    if isinstance(node.transport, InMemoryTransport):
-        return InMemoryWeights(weight_hub_of(node.transport.hub), node.transport.peer_id, node.transport.swarm_id,
-                               follow=follow, fmt=fmt, limits=limits, keep=h.keep_versions)
-    from swarm.weights.hivemind import HivemindWeights
-
-    return HivemindWeights(node.transport, follow=follow, fmt=fmt, limits=limits, poll_interval_s=h.poll_interval_s,
-                           fetch_timeout_s=h.fetch_timeout_s, ttl_s=h.announce_ttl_s, keep=h.keep_versions)
+    return node.transport.open_weights(follow, fmt=weights_format(node.model), limits=limits, keep=h.keep_versions,
+                                       poll_interval_s=h.poll_interval_s, fetch_timeout_s=h.fetch_timeout_s,
+                                       ttl_s=h.announce_ttl_s)
 
 
 def build_role_state(node: RoleNode):

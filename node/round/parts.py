@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from node.round.dedup import SeenGroups
     from node.round.select import SapoSelector
     from node.tasks.source import Task, TaskSource
+    from swarm.exchange.transport import Transport
 
 
 @dataclass
@@ -78,7 +79,7 @@ class RoundParts:
     policy: PolicyState
     selector: SapoSelector
     seen_groups: SeenGroups
-    transport: Any  # swarm.exchange.memory.InMemoryTransport or swarm.exchange.hivemind.HivemindTransport; None: no swarm
+    transport: Transport | None  # the in-memory twin or hivemind, never told apart here; None: no swarm
     book: RoundBook
     federated: Any = None  # node.federated.mode.Federated in federated mode
     hetero: Any = None  # node.heterorl.state's SamplerState / LearnerState for those roles

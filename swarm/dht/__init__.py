@@ -1,6 +1,7 @@
 """The DHT: this process's DHT peer, what it serves each sender, and how long its records live.
 
   peer       starting this process's DHT peer under its identity, and its record validators
+  entries    which of one key's signed entries a read keeps (peers in good standing first)
   budget     the DHT requests a node serves each sender
   expiry     DHT expirations under which a peer's newest announcement always wins
   bootstrap  a DHT-only bootstrap peer

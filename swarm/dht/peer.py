@@ -35,7 +35,7 @@ from hivemind.utils.serializer import MSGPackSerializer
 from protocols.keys import rollouts_key, window_of
 from swarm.config import SwarmConfig
 from swarm.dht.budget import install as install_sender_budget
-from swarm.exchange.polling import pick_entries
+from swarm.dht.entries import pick_entries
 from swarm.net.identity import (
     ephemeral_identity,
     load_or_create_identity,
@@ -190,7 +190,7 @@ def _bootstrap_failure(exc: BaseException) -> bool:
 async def read_keys(_dht, node, keys: list[str], per_key: int, counted: bool = False, beam: int = 0,
                     prefer=(), avoid=()) -> dict:
     """Runs inside the DHT process: each key's newest values as (signer peer id, value), ≤ per_key each (those
-    of `prefer` first, `avoid` last, at random within each: swarm.exchange.polling.pick_entries); with `counted`, each
+    of `prefer` first, `avoid` last, at random within each: swarm.dht.entries.pick_entries); with `counted`, each
     key's (entries it held, those values); `beam` > 0: the search's beam size."""
     found = await node.get_many(keys, sufficient_expiration_time=float("inf"), **({"beam_size": beam} if beam else {}))
     rng = random.Random(os.urandom(8))

@@ -1,8 +1,8 @@
-"""Fetching one announced bundle over the bundle stream (docs/PROTOCOL.md §6.1), and pushing one
-announcement to a peer (§6.2, §10). What a fetch's failure is counted as: `fetch_timeout` when the whole exchange ran past its bound, `digest_mismatch` when the bytes
-are not the announced ones, `fetch_failed` for everything else (unreachable, `not_found`,
-`bad_request`, `declined`, a short stream, a frame over its limit). A push is a hint whose failure costs nothing
-(the DHT copy is the fallback), so it is only logged. Neither raises on peer data.
+"""Fetching one announced bundle over the bundle stream (docs/PROTOCOL.md §6.1). What a fetch's failure is counted
+as: `fetch_timeout` when the whole exchange ran past its bound, `digest_mismatch` when the bytes are not the
+announced ones, `fetch_failed` for everything else (unreachable, `not_found`, `bad_request`, `declined`, a short
+stream, a frame over its limit). It never raises on peer data. (Pushing one announcement to a peer, §6.2, §10, is
+swarm.net.wire.notify.)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from protocols.records import Announcement
-from swarm.exchange import wire
+from swarm.net import wire
 from swarm.net.dial import DialPolicy, open_stream
 
 log = logging.getLogger(__name__)
@@ -44,21 +44,3 @@ async def fetch_announced(p2p, ann: Announcement, *, swarm_id: str, timeout_s: f
             writer.close()
     log.info("fetch of %s's bundle: %s (%s)", ann.peer[:12], reason, error)
     return None, reason, error
-
-
-async def notify(open_stream_to, peer: str, protocol: str, value: bytes, timeout_s: float) -> None:
-    """Write `value` as one frame on a new `protocol` stream to `peer` (`open_stream_to(peer, protocol)`)."""
-    writer = None
-    try:
-        async def push() -> None:
-            nonlocal writer
-            _, writer = await open_stream_to(peer, protocol)
-            await wire.write_frame(writer, value)
-        await asyncio.wait_for(push(), timeout_s)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # not listening, or gone: the DHT copy is the fallback
-        log.info("push of %s to %s failed: %r", protocol, peer[:12], exc)
-    finally:
-        if writer is not None:
-            writer.close()

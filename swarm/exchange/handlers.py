@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from swarm.exchange import wire
 from swarm.exchange.admission import StreamGuards
 from swarm.exchange.push import receive_push
+from swarm.net import wire
 
 
 class StreamHandlers:

@@ -6,20 +6,22 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        subkey="[owner:<our RSA key>]", value=announcement (< 1 KiB, naming
                        our addresses: protocols.addrs), expiration=now + max_age_s or later
                        (swarm.dht.expiry); the same announcement is pushed over
-                       swarm.exchange.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
+                       swarm.net.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
                        client mode (no listen address) the bundle is offered with its bytes to
-                       up to `push_peers` of them instead (swarm.exchange.push, over swarm.exchange.wire.PUSH_NAME);
+                       up to `push_peers` of them instead (swarm.exchange.push, over swarm.net.wire.PUSH_NAME);
                        with cfg.gossip it is also published on the swarm's gossipsub topic (swarm.exchange.gossip)
     background poller: every poll_interval_s it reads the current window's shards (the previous
                        window's every 4th tick, on start the windows of the last max_age_s, a
                        crowded key less often: swarm.exchange.polling); every (subkey, value) goes through the shared
                        receive rules (swarm.exchange.inbox), and the fan-in choice decides what to fetch
-                       over swarm.exchange.wire.HANDLER_NAME (swarm.exchange.fetch; dialled at the announced
+                       over swarm.net.wire.HANDLER_NAME (swarm.exchange.fetch; dialled at the announced
                        addresses first, then by libp2p's routing: swarm.net.dial)
     take(min, T):      the records delivered since the last call (waits ≤ T, only while fewer
                        than `min` are ready); judge(): the node's verdict (swarm.exchange.standing)
     handlers:          bundle pulls, notifications, pushed bundles (swarm.exchange.push), and our swarm id,
-                       protocol version and clock for `swarm doctor` (swarm.exchange.wire.INFO_NAME)
+                       protocol version and clock for `swarm doctor` (swarm.net.wire.INFO_NAME)
+    side channels:     open_weights (swarm.weights.hivemind), open_score_link (swarm.exchange.scoring),
+                       open_averager (swarm.weights.averaging): on this peer, its loop and its DHT
 
 One RSA key (swarm.net.identity) is both the libp2p identity and the DHT signing key, so the peer id
 a receiver derives from the signed subkey is the peer it dials for the bytes (a connection at an
@@ -56,18 +58,21 @@ from protocols.records import Announcement, RolloutRecord
 from swarm.config import SwarmConfig
 from swarm.dht.expiry import Expirations
 from swarm.dht.peer import start_swarm_dht
-from swarm.exchange import wire
 from swarm.exchange.admission import DownloadSlots
-from swarm.exchange.fetch import fetch_announced, notify
+from swarm.exchange.fetch import fetch_announced
 from swarm.exchange.gossip import GossipAnnouncements, GossipReport, start_gossip
 from swarm.exchange.handlers import StreamHandlers
 from swarm.exchange.loop import cancel_all_but_me, quiet_late_streams
 from swarm.exchange.poller import PollGate, poll_forever, poll_once
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.push import Pusher
-from swarm.exchange.transport import Delivery, Inbox, InboxFront, make_bundle
+from swarm.exchange.scoring import HivemindScoreLink
+from swarm.exchange.transport import Delivery, Inbox, InboxFront, Limits, make_bundle
+from swarm.net import wire
 from swarm.net.dial import DialPolicy, FetchErrors, open_stream
 from swarm.net.identity import peer_id_of_key
+from swarm.weights.channel import WeightLimits
+from swarm.weights.hivemind import HivemindWeights
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
 
     def __init__(self, *, cfg: SwarmConfig, start: bool = True):
         self.cfg = cfg
-        self.limits = cfg.limits()
+        self.limits = Limits.of(cfg)
         self.inbox = Inbox(self.limits)
         self.peer_id = ""
         self.publish_failures = 0  # announcements no DHT node accepted (logged each time)
@@ -189,6 +194,22 @@ class HivemindTransport(StreamHandlers, InboxFront):
         if self._dht is None:
             raise SwarmError("transport is not running (never started)")
         return self._dht
+
+    # ------------------------------------------------------------------ side channels (Transport), on this peer
+
+    def open_weights(self, follow: list[str], *, fmt: str, limits: WeightLimits, keep: int, poll_interval_s: float,
+                     fetch_timeout_s: float, ttl_s: float) -> HivemindWeights:
+        return HivemindWeights(self, follow=follow, fmt=fmt, limits=limits, poll_interval_s=poll_interval_s,
+                               fetch_timeout_s=fetch_timeout_s, ttl_s=ttl_s, keep=keep)
+
+    def open_score_link(self, *, max_bytes: int, timeout_s: float) -> HivemindScoreLink:
+        return HivemindScoreLink(self, max_bytes=max_bytes, timeout_s=timeout_s)
+
+    def open_averager(self, tensors: list, **options):
+        """An AdapterAverager (swarm.weights.averaging: torch, imported only here) on our DHT."""
+        from swarm.weights.averaging import AdapterAverager
+
+        return AdapterAverager(tensors, self.dht, **options)
 
     def visible_maddrs(self) -> list[str]:
         """Full multiaddrs (with /p2p/<id>) other peers can pass as initial_peers."""
@@ -314,7 +335,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
                 self._spawn(self.pusher.offer_all(self._p2p, peers, value, data, self.inbox.addrs_of, self.dials))
             return True
         for peer in self.inbox.push_targets(self.cfg.notify_peers) if push else ():
-            self._spawn(notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
+            self._spawn(wire.notify(self.open_stream, peer, wire.NOTIFY_NAME, value, self.cfg.fetch_timeout_s))
         if self.gossip is not None and push:
             self._spawn(self.gossip.publish(value))
         key = rollouts_key(self.cfg.swarm_id, ann.window, self._shard)

@@ -6,7 +6,9 @@ announcements or serve malformed bytes. `InMemoryTransport` runs exactly the rec
 fan-in choice and the peer standing of swarm.exchange.inbox, and reads at most `max_entries_per_key`
 entries of a key per poll (a random subset, as the real poll does inside the DHT process), so
 what the unit tests prove about them holds for the real transport. Nothing runs in the
-background: `take` polls, chooses and fetches in the caller's thread.
+background: `take` polls, chooses and fetches in the caller's thread. Its side channels are the twins of the
+weight channel (swarm.weights.channel.InMemoryWeights) and of the score stream (swarm.exchange.scoring.MemoryScoreLink);
+it has no averager (no DHT).
 
 By rounds (`InMemoryHub(delay_rounds=d)`, the bench's deterministic twin, bench.harness.swarm): the caller
 sets `hub.round` before each round, and what a peer announces or pushes in round r becomes visible to every
@@ -25,8 +27,10 @@ from collections.abc import Callable
 from protocols.codec import sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of, windows_back
 from protocols.records import RolloutRecord
-from swarm.exchange.polling import pick_entries
+from swarm.dht.entries import pick_entries
+from swarm.exchange.scoring import MemoryScoreLink
 from swarm.exchange.transport import Delivery, Inbox, InboxFront, Limits, make_bundle
+from swarm.weights.channel import InMemoryWeights, WeightLimits, weight_hub_of
 
 
 class InMemoryHub:
@@ -140,7 +144,7 @@ class InMemoryTransport(InboxFront):
         now, lim = self.clock(), self.limits
         for signer, value in self.hub.due_pushes(self.peer_id) if self.hub.by_rounds else ():
             self.inbox.offer(value, signer, now=now)
-        with self.inbox.cond:  # a crowded key keeps peers in good standing first (swarm.exchange.polling.pick_entries)
+        with self.inbox.cond:  # a crowded key keeps peers in good standing first (swarm.dht.entries.pick_entries)
             prefer, avoid = self.inbox.standing.read_order(now)
         for window in windows_back(window_of(now, lim.window_s), lim.max_age_s, lim.window_s):
             for shard in range(lim.shards):
@@ -172,6 +176,20 @@ class InMemoryTransport(InboxFront):
         delivery = self.inbox.take(0, 0.0)
         delivery.waited_s = time.monotonic() - started
         return delivery
+
+    # the side channels (swarm.exchange.transport): their in-memory twins, on this transport's hub
+    def open_weights(self, follow: list[str], *, fmt: str, limits: WeightLimits, keep: int,
+                     **_polling) -> InMemoryWeights:
+        """The weight channel's twin (it polls when asked: the real channel's poll and fetch timings do not apply)."""
+        return InMemoryWeights(weight_hub_of(self.hub), self.peer_id, self.swarm_id, follow=follow, fmt=fmt,
+                               limits=limits, keep=keep)
+
+    def open_score_link(self, *, max_bytes: int, timeout_s: float = 0.0) -> MemoryScoreLink:
+        return MemoryScoreLink(self, max_bytes=max_bytes, timeout_s=timeout_s)
+
+    def open_averager(self, tensors: list, **_options) -> None:
+        """No DHT, no averager: a federated node on the twin trains alone."""
+        return None
 
     def shutdown(self) -> None:
         self._closed.set()

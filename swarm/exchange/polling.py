@@ -29,8 +29,8 @@ pushes (§6.2), which no rule here delays; the DHT read is for discovery (newcom
 nobody pushes to). Catch-up reads are never skipped. So identities crowding one shard slow the reads of
 that shard: a peer announcing there through the DHT alone is seen late and may lose bundles (a newer
 announcement replaces its older one under its subkey), which is why publishers push (§6.2). Of the
-entries a read returns, `pick_entries` keeps the peers in good standing first, then others at random,
-backed-off peers last, so a crowd cannot push a peer we use out of the read itself.
+entries a read returns, swarm.dht.entries.pick_entries keeps the peers in good standing first, then others at
+random, backed-off peers last, so a crowd cannot push a peer we use out of the read itself.
 """
 
 from __future__ import annotations
@@ -46,19 +46,6 @@ PREVIOUS_EVERY = 4  # the previous window is re-read every 4th tick
 CATCH_UP_PER_TICK = 2  # older windows read per tick after a start
 READS_PER_FETCH = 8  # DHT entries read per second = this × the fan-in budget per second
 SMALL_KEY = 4  # a key that held at most this many entries is read every tick (a small swarm's keys)
-
-
-def pick_entries(entries: list, per_key: int, rng: random.Random, prefer=(), avoid=()) -> list:
-    """At most `per_key` of one key's signed entries (peer, value): peers in `prefer` (good standing) first, then
-    the others at random, peers in `avoid` (backed off) last, so that fresh identities crowding a shard cannot
-    push the peers whose bundles we use out of our read (docs/PROTOCOL.md §5)."""
-    if len(entries) <= per_key:
-        return entries
-    entries = list(entries)
-    rng.shuffle(entries)
-    prefer, avoid = set(prefer), set(avoid)
-    entries.sort(key=lambda e: 0 if e[0] in prefer else 2 if e[0] in avoid else 1)  # stable: random within each
-    return entries[:per_key]
 
 
 class PollPlan:

@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from protocols.records import Announcement
-from swarm.exchange import wire
 from swarm.exchange.admission import DownloadSlots
 from swarm.exchange.transport import Inbox
+from swarm.net import wire
 from swarm.net.dial import DialPolicy, open_stream
 
 log = logging.getLogger(__name__)

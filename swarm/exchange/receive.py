@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from protocols.announce import decode_announcement, encode_announcement
 from protocols.codec import (
@@ -20,6 +21,9 @@ from protocols.codec import (
 )
 from protocols.keys import WINDOW_S, shard_of, window_of
 from protocols.records import Announcement, RolloutRecord
+
+if TYPE_CHECKING:
+    from swarm.config import SwarmConfig
 
 MAX_CANDIDATES_PER_PEER = 4  # a peer's newest valid announcements kept waiting for a fetch slot
 BUNDLE_COMPLETIONS = 256  # completions at the receiver's budget one bundle may hold (32 groups of 8)
@@ -65,6 +69,15 @@ class Limits:
     # by what BUNDLE_COMPLETIONS such completions hold (decode_caps). None: the wire caps alone
     completion_tokens: int | None = None
     max_pending_bytes: int = 32 << 20  # decoded records waiting for the node's next round, all peers together
+
+    @classmethod
+    def of(cls, cfg: SwarmConfig) -> Limits:
+        """The receive limits and fan-in budget a node's swarm config asks the transports to enforce."""
+        return cls(caps=cfg.caps.to_caps(), max_records_per_peer_window=cfg.max_records_per_peer_window,
+                   max_bytes_per_peer_window=cfg.max_bytes_per_peer_window, max_age_s=cfg.max_age_s,
+                   max_clock_skew_s=cfg.max_clock_skew_s, window_s=cfg.window_s, shards=cfg.shards,
+                   max_fetches_per_window=cfg.max_fetches_per_window, good_for_s=cfg.good_for_s,
+                   backoff_s=cfg.backoff_s, max_peers=cfg.max_peers, max_pending_bytes=cfg.max_pending_bytes)
 
     def pending_cap(self) -> int:
         """Bytes of decoded records that may wait for the node: max_pending_bytes, or one bundle at the decode caps

@@ -3,9 +3,9 @@ over hivemind or over the in-memory twin. What a request means and how it is sco
 module moves bytes and bounds them.
 
     stream   SCORE_NAME; the student writes one request frame (≤ max_bytes), the teacher answers one header
-             frame (swarm.exchange.wire's bundle header: status, nbytes, sha256) and, when the status is `ok`,
+             frame (swarm.net.wire's bundle header: status, nbytes, sha256) and, when the status is `ok`,
              the response bytes as data frames, each prefix checked before its read and the digest at the end
-             (swarm.exchange.wire.fetch_bundle's rules). A refused request is a header with the reason as
+             (swarm.net.wire.fetch_bundle's rules). A refused request is a header with the reason as
              its status and no data: refusals are answered at once, never queued.
     serve    the stream is admitted like every handler, in a pool of its own protocol (swarm.exchange.admission: per
              peer, in total, half for strangers — the peers `students` names count as in good standing here);
@@ -19,6 +19,7 @@ module moves bytes and bounds them.
 The requester is the stream's remote peer id, which libp2p's secure channel authenticates; the response is
 attributed to the teacher whose stream carried it. Nothing else is signed.
 
+  ScoreLink          what both links answer; a transport opens its own (Transport.open_score_link)
   HivemindScoreLink  on a started swarm.exchange.hivemind.HivemindTransport (its p2p, loop, admission, dialling)
   MemoryScoreLink    the in-memory twin: `ask` calls the teacher's `answer` in the caller's thread (the benches
                      run nodes in turns, so an answer is there when the round looks for it)
@@ -31,12 +32,26 @@ import concurrent.futures
 import hashlib
 import logging
 from collections.abc import Callable, Collection
+from typing import Protocol
 
-from swarm.exchange import wire
+from swarm.net import wire
 
 log = logging.getLogger(__name__)
 SCORE_NAME = "/rlswarm/score/1"  # libp2p protocol id of the score stream
 Answer = Callable[[str, bytes], "tuple[str, bytes]"]  # (requester, request bytes) → (status, response bytes)
+
+
+class ScoreLink(Protocol):
+    """The score stream as a node sees it (module docstring), on whichever transport opened it."""
+
+    @property
+    def peer_id(self) -> str: ...
+
+    def serve(self, answer: Answer, students: Collection[str] = ()) -> None: ...
+
+    def ask(self, peer: str, request: bytes) -> concurrent.futures.Future: ...
+
+    def close(self) -> None: ...
 
 
 class ScoreFailed(Exception):

@@ -104,7 +104,7 @@ class Standing:
 
     def read_order(self, now: float, limit: int = 64) -> tuple[list[str], list[str]]:
         """(up to `limit` peers in good standing, up to 4 × `limit` backed-off ones): whom a DHT read keeps first
-        and last when a key holds more entries than it keeps (swarm.exchange.polling.pick_entries)."""
+        and last when a key holds more entries than it keeps (swarm.dht.entries.pick_entries)."""
         return self.earned(now)[:limit], [p for p, e in self._peers.items() if now < e.until][:4 * limit]
 
     def __len__(self) -> int:

@@ -19,6 +19,15 @@ The exchange, as seen by one node — by swarm time, never by round:
                             entirely; only peers whose records were used recently earn a round's
                             wait, and failures back a peer off (swarm.exchange.standing)
 
+Beside the rollouts, the same peer carries the side channels of three modes; the node opens each through its
+transport and never asks which transport it holds:
+
+    open_weights(follow, …)   HeteroRL's weight channel (swarm.weights.channel: rules and the in-memory twin;
+                              swarm.weights.hivemind on the real one), docs/PROTOCOL.md §10
+    open_score_link(…)        on-policy distillation's score stream (swarm.exchange.scoring), docs/PROTOCOL.md §11
+    open_averager(tensors, …) federated mode's adapter averager on this peer's DHT (swarm.weights.averaging);
+                              None where there is no DHT (the in-memory twin: a federated node there trains alone)
+
 Receive-side rules (identical for every transport, so unit tests on the twin cover them):
 - each bundle is fetched and handed out once: dedupe by (peer, sha256);
 - an announcement is vetted before any byte is fetched: the signer (the DHT subkey's key, or the
@@ -41,7 +50,7 @@ announcements are dropped as `backoff` until its backoff ends. Nothing here ever
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from protocols.records import RolloutRecord
 from swarm.exchange.inbox import Inbox
@@ -53,6 +62,11 @@ from swarm.exchange.receive import (
     open_bundle,
     vet_announcement,
 )
+
+if TYPE_CHECKING:
+    from swarm.exchange.scoring import ScoreLink
+    from swarm.weights.averaging import AdapterAverager
+    from swarm.weights.channel import WeightChannel, WeightLimits
 
 __all__ = ["MAX_CANDIDATES_PER_PEER", "Delivery", "Inbox", "InboxFront", "Limits", "Transport", "make_bundle",
            "open_bundle", "vet_announcement"]
@@ -74,6 +88,16 @@ class Transport(Protocol):
     def vouch(self, limit: int) -> list[str]: ...  # peers seen, put in good standing (swarm.start_with_peers)
 
     def limit_completions(self, tokens: int) -> None: ...  # decode under our budget per completion (swarm.exchange.receive)
+
+    # the side channels on the same peer (module docstring)
+    def open_weights(self, follow: list[str], *, fmt: str, limits: WeightLimits, keep: int, poll_interval_s: float,
+                     fetch_timeout_s: float, ttl_s: float) -> WeightChannel: ...
+
+    def open_score_link(self, *, max_bytes: int, timeout_s: float) -> ScoreLink: ...
+
+    def open_averager(self, tensors: list, *, prefix: str, target_group_size: int, min_group_size: int,
+                      matchmaking_time_s: float, request_timeout_s: float,
+                      allreduce_timeout_s: float) -> AdapterAverager | None: ...
 
     def shutdown(self) -> None: ...
 

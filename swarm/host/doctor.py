@@ -36,8 +36,8 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarm.config import SwarmConfig
 from swarm.dht.peer import BootstrapUnreachable
-from swarm.exchange import wire
 from swarm.exchange.hivemind import HivemindTransport
+from swarm.net import wire
 from swarm.net.dial import open_stream
 
 CLOCK_TOLERANCE_S = 5.0

@@ -1,4 +1,6 @@
-"""Bundle transfer and announcement pushes over libp2p streams: framing, serving, fetching.
+"""Bundle transfer and announcement pushes over libp2p streams: framing, serving, fetching, pushing one frame
+(`notify`). The weight stream (swarm.weights.hivemind) and the score stream (swarm.exchange.scoring) use the same
+framing; `swarm doctor` reads a peer's info with it (swarm.host.doctor).
 
 Protocol (docs/PROTOCOL.md §6): the fetcher opens a stream to the publisher with the protocol
 id ``HANDLER_NAME`` and writes one request frame; the publisher answers with one header frame
@@ -222,3 +224,22 @@ async def read_info(reader: asyncio.StreamReader) -> dict:
             and isinstance(obj.get("time"), (int, float))):
         raise FetchError("bad_info", f"malformed info {obj!r:.200}")
     return {"v": obj["v"], "swarm": obj["swarm"][:64], "time": float(obj["time"])}
+
+
+async def notify(open_stream_to, peer: str, protocol: str, value: bytes, timeout_s: float) -> None:
+    """Write `value` as one frame on a new `protocol` stream to `peer` (`open_stream_to(peer, protocol)`). A push is
+    a hint whose failure costs nothing (the DHT copy is the fallback), so a failure is only logged, never raised."""
+    writer = None
+    try:
+        async def push() -> None:
+            nonlocal writer
+            _, writer = await open_stream_to(peer, protocol)
+            await write_frame(writer, value)
+        await asyncio.wait_for(push(), timeout_s)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # not listening, or gone: the DHT copy is the fallback
+        log.info("push of %s to %s failed: %r", protocol, peer[:12], exc)
+    finally:
+        if writer is not None:
+            writer.close()

@@ -1,7 +1,8 @@
 """The weight channel on hivemind: a learner's signed DHT announcement and its weights over a libp2p stream
 (docs/PROTOCOL.md §10, swarm.weights.channel for the rules).
 
-It lives on a running HivemindTransport — the same identity, DHT, p2p replica and asyncio loop:
+It lives on a running swarm.exchange.hivemind.HivemindTransport — the same identity, DHT, p2p replica and asyncio
+loop — which opens it for the node (its `open_weights`; this module imports no transport):
 
     learner   publish(): keeps the bytes of its newest `keep` versions in memory, serves them on
               WEIGHTS_NAME (the bundle stream's framing: request, header, ≤ 1 MiB data frames), stores
@@ -14,7 +15,7 @@ It lives on a running HivemindTransport — the same identity, DHT, p2p replica 
               process (signer peer ids, ≤ 8 entries per key), runs WeightBook.offer on each, and fetches
               the chosen weights one at a time: the size is checked against the cap before the
               fetch, each frame's length before it is read, the running total against the announced
-              size, the digest at the end (swarm.exchange.wire.fetch_bundle), all under fetch_timeout_s; a
+              size, the digest at the end (swarm.net.wire.fetch_bundle), all under fetch_timeout_s; a
               pushed announcement goes through the same rules, attributed to the stream's peer
 
 The push saves a sampler up to a poll interval per version; the DHT copy serves samplers that start
@@ -34,9 +35,8 @@ from functools import partial
 from protocols.weights import WeightAnnouncement, weights_key
 from swarm.dht.expiry import Expirations, stored_expiration
 from swarm.dht.peer import read_keys
-from swarm.exchange import wire
-from swarm.exchange.fetch import notify
-from swarm.exchange.hivemind import HivemindTransport
+from swarm.net import wire
+from swarm.net.wire import notify
 from swarm.weights.channel import (
     WeightBook,
     WeightLimits,
@@ -51,9 +51,10 @@ _ENTRIES_PER_KEY = 8  # values read from one learner's key per poll (its own, pl
 
 
 class HivemindWeights:
-    """WeightChannel (swarm.weights.channel) on a started HivemindTransport."""
+    """WeightChannel (swarm.weights.channel) on a started HivemindTransport (`transport`: its p2p, loop, DHT,
+    admission and inbox are what this channel uses)."""
 
-    def __init__(self, transport: HivemindTransport, *, follow: list[str] = (), fmt: str = "full",
+    def __init__(self, transport, *, follow: list[str] = (), fmt: str = "full",
                  limits: WeightLimits | None = None, poll_interval_s: float = 1.0, fetch_timeout_s: float = 300.0,
                  ttl_s: float = 3600.0, keep: int = 2, notify_peers: int = 64):
         self.transport, self.peer_id = transport, transport.peer_id

@@ -27,9 +27,9 @@ from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle
 from protocols.keys import window_of
 from swarm.dht.bootstrap import start_bootstrap
-from swarm.exchange import wire
-from swarm.exchange.fetch import notify
 from swarm.exchange.hivemind import HivemindTransport
+from swarm.net import wire
+from swarm.net.wire import notify
 from tests.adversarial.test_exhaustion import _meet, _wait, record
 from tests.integration.conftest import peer_config
 

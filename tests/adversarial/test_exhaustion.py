@@ -38,9 +38,9 @@ from protocols.records import (
     TaskRef,
 )
 from swarm.dht.bootstrap import start_bootstrap
-from swarm.exchange import wire
 from swarm.exchange.hivemind import HivemindTransport
 from swarm.exchange.receive import Delivery, decoded_bytes
+from swarm.net import wire
 from tests.integration.conftest import peer_config
 
 pytestmark = pytest.mark.integration

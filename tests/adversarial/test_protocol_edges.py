@@ -28,7 +28,7 @@ from swarm.exchange.admission import DownloadSlots
 from swarm.exchange.push import receive_push
 from swarm.exchange.standing import BACKOFF, NEW
 from swarm.exchange.transport import Inbox, Limits, make_bundle
-from swarm.exchange.wire import FetchError, decode_request, encode_request
+from swarm.net.wire import FetchError, decode_request, encode_request
 from tests.unit.test_push_and_peers import _record
 from tests.unit.test_wire import _frames, _Writer
 

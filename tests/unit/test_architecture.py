@@ -190,3 +190,72 @@ def test_package_files_stay_readable():
     long = {str(p.relative_to(ROOT)): n for m, p in _modules().items() if m.split(".")[0] != "bench"
             if (n := len(p.read_text().splitlines())) > 420}
     assert not long, f"files over ~400 lines (split them by role): {long}"
+
+
+# swarm/'s rooms, lowest first: a module imports only its own room and those below (swarm/__init__.py)
+SWARM_ROOMS = {"bucket": 0, "config": 0, "net": 1, "dht": 2, "weights": 3, "exchange": 4, "host": 5}
+
+
+def test_swarm_rooms_point_down():
+    """Inside swarm/ imports point down, config and bucket ← net ← dht ← weights ← exchange ← host (imports under
+    TYPE_CHECKING and inside functions included): the DHT reads no exchange rule, the config builds no exchange
+    object, and the side channels the transports open (weights, averager) never import a transport."""
+    graph = import_graph(type_checking=True)
+    rooms = {m: m.split(".")[1] for m in graph if m.startswith("swarm.")}
+    assert set(rooms.values()) == set(SWARM_ROOMS), f"rooms of swarm/ without a rank here: {set(rooms.values())}"
+    bad = sorted((m, n) for m, room in rooms.items() for n in graph[m]
+                 if n in rooms and SWARM_ROOMS[rooms[n]] > SWARM_ROOMS[room])
+    assert not bad, f"imports up inside swarm/ (move the rule down, or hand the object in): {bad}"
+
+
+# what node/ must never name: the transports and the side channels each one opens (Transport.open_*)
+SWARM_IMPLEMENTATIONS = {"swarm.exchange.memory", "swarm.exchange.hivemind", "swarm.weights.hivemind",
+                         "swarm.weights.averaging"}
+IMPLEMENTATION_NAMES = {"InMemoryHub", "InMemoryTransport", "HivemindTransport", "InMemoryWeights", "HivemindWeights",
+                        "MemoryScoreLink", "HivemindScoreLink", "AdapterAverager", "weight_hub_of"}
+
+
+def transport_side_doors(tree: ast.Module) -> list[str]:
+    """What in one module picks a swarm implementation by itself: an import of a transport or of a side channel's
+    implementation, `isinstance` / `issubclass` / `type` on a transport class or a transport, `getattr` / `hasattr`
+    on a transport (what the transport offers is its interface, swarm.exchange.transport.Transport)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            if names & SWARM_IMPLEMENTATIONS or {a.name for a in node.names} & IMPLEMENTATION_NAMES:
+                found.append(f"{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in SWARM_IMPLEMENTATIONS]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                named = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.args[1])
+                         if isinstance(n, (ast.Name, ast.Attribute))}
+                if any(n.endswith("Transport") or n in IMPLEMENTATION_NAMES for n in named) \
+                        or "transport" in ast.unparse(node.args[0]).lower():
+                    found.append(f"{node.lineno}: {ast.unparse(node)}")
+            elif node.func.id in ("getattr", "hasattr", "type") and "transport" in ast.unparse(node.args[0]).lower():
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_node_never_tells_transports_apart():
+    """node/ calls its transport's interface, side channels included (Transport.open_weights, open_score_link,
+    open_averager), and never asks which transport it holds: only ops/ (the CLI) and the bench construct one."""
+    bad = {m: found for m, path in _modules().items() if m.split(".")[0] == "node"
+           if (found := transport_side_doors(ast.parse(path.read_text())))}
+    assert not bad, f"node/ picking a swarm implementation by itself: {bad}"
+
+
+def test_the_side_door_check_sees_each_kind():
+    code = ("from swarm.exchange.memory import InMemoryTransport\n"
+            "def f(node):\n"
+            "    from swarm.weights.hivemind import HivemindWeights\n"
+            "    from swarm.exchange.scoring import MemoryScoreLink, ScoreFailed\n"
+            "    a = isinstance(node.transport, InMemoryTransport)\n"
+            "    b = getattr(node.transport, 'dht', None)\n"
+            "    c = isinstance(x, (int, swarm.exchange.hivemind.HivemindTransport))\n"
+            "    d = node.transport.open_score_link(max_bytes=1, timeout_s=1.0)\n")
+    assert [f.split(":")[0] for f in transport_side_doors(ast.parse(code))] == ["1", "3", "4", "5", "6", "7"]
+    assert transport_side_doors(ast.parse("from swarm.exchange.scoring import ScoreFailed\n"
+                                          "from swarm.exchange.transport import Transport\n")) == []

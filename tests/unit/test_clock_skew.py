@@ -21,7 +21,7 @@ import zstandard
 
 from protocols.codec import Caps, RecordError, decode_bundle
 from swarm.dht.expiry import EPSILON_S, Expirations
-from swarm.exchange.wire import (
+from swarm.net.wire import (
     MAX_ANNOUNCEMENT,
     FetchError,
     decode_header,

@@ -1,5 +1,5 @@
 """A crowd of identities in one shard cannot push a peer the node uses out of its reads (docs/PROTOCOL.md §5,
-swarm.exchange.polling.pick_entries), on the in-memory twin.
+swarm.dht.entries.pick_entries), on the in-memory twin.
 
 A read keeps at most `max_entries_per_key` of a key's entries. Before, a random subset: with 100 fresh
 identities beside a peer in good standing in its shard and 8 entries kept, the peer's announcement was in a
@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 
 from protocols.keys import rollouts_key, shard_of
+from swarm.dht.entries import pick_entries
 from swarm.exchange.memory import InMemoryHub, InMemoryTransport
-from swarm.exchange.polling import pick_entries
 from swarm.exchange.transport import Limits, make_bundle
 from tests.unit.test_transport_memory import Clock, _record
 

@@ -1,5 +1,5 @@
 """Client mode's pieces without a network: a pushed bundle under the receiver's fan-in budget
-(Inbox.claim), the push and info frames (swarm.exchange.wire), peers files and the network flags of
+(Inbox.claim), the push and info frames (swarm.net.wire), peers files and the network flags of
 `swarm node` (ops.cli.network), and the swarm config's NAT options."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from protocols.records import (
 from swarm.config import SwarmConfig
 from swarm.dht.peer import network_options
 from swarm.exchange.transport import Inbox, Limits, make_bundle
-from swarm.exchange.wire import (
+from swarm.net.wire import (
     FetchError,
     accept_push,
     decline_push,

@@ -1,4 +1,4 @@
-"""Bundle stream framing (swarm.exchange.wire) over in-process asyncio streams: limits checked before reads,
+"""Bundle stream framing (swarm.net.wire) over in-process asyncio streams: limits checked before reads,
 digest and size checks, short streams, requests and headers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hashlib
 import msgpack
 import pytest
 
-from swarm.exchange.wire import (
+from swarm.net.wire import (
     MAX_CHUNK,
     MAX_CONTROL,
     FetchError,
