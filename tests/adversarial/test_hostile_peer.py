@@ -87,13 +87,20 @@ def _honest(node: Node, text: str) -> Completion:
 
 
 def _round_against(swarm, round_: int, records: list[RolloutRecord]) -> dict:
-    """The hostile peer publishes `records`; once they reached the victim's transport, it runs a round."""
+    """The hostile peer publishes `records`; once each reached the victim's transport (ready for ingest, or
+    dropped while fetched or decoded), it runs a round."""
     _, hostile, node = swarm
     hostile.publish(records)
-    deadline = time.monotonic() + 60
-    while node.transport.inbox.ready_count() < len(records) and time.monotonic() < deadline:
+    inbox, deadline = node.transport.inbox, time.monotonic() + 120
+    while _settled(inbox) < len(records) and time.monotonic() < deadline:
         time.sleep(0.1)
     return run_round(node, round_)
+
+
+def _settled(inbox) -> int:
+    """Records ready for the next round plus those dropped since the last (the inbox's own books, under its lock)."""
+    with inbox.cond:
+        return inbox._pending.count() + sum(inbox._drops.values())
 
 
 def test_honest_peer_is_trained_on(swarm):
