@@ -6,15 +6,17 @@ is live at a time):
 
     fixed    = 4 · params (float32 weights) + 16 · trainable params (gradient + AdamW's two moments)
                + 200 MiB (the node's tokenizer, task source and allocator overhead)
-               + the decode loop's kept KV caches (node.generation.decode: a decoder for the round's batch and
-                 one for the held-out evaluation's, kept between rounds): kv_per_token · (round rows + eval
-                 rows) · (96 + max_new_tokens), kv_per_token = 2 · layers · kv_heads · head_dim · 4 bytes
     step     = micro_batch_rows · (96 + max_new_tokens) · per_token   (96: more than a lab or reasoning-gym prompt)
     per_token = ACTIVATION_FACTOR · 4 · layers · (12 · hidden + 5 · intermediate)   (float32 activations a token
                keeps for the backward pass without gradient checkpointing; a quarter of that with it)
+    cache    = the decode loop's KV cache for the larger of a round's batch and the held-out evaluation's:
+               kv_per_token · rows · (96 + max_new_tokens), kv_per_token = 2 · layers · kv_heads · head_dim · 4
+               bytes — once a job: on a CPU the loop keeps no decoder between batches (node.generation.decode)
+               and the nodes take turns
 
-and a job needs nodes · fixed + step + RESIDUE · step (glibc keeps much of a freed step's memory: the peak of the
-next step is not the process's only use). ACTIVATION_FACTOR is calibrated on SmolLM2-135M-Instruct + LoRA on this
+and a job needs nodes · fixed + cache + step + RESIDUE · step (glibc keeps much of a freed step's memory: the peak
+of the next step is not the process's only use). Before decoders were freed on a CPU each node kept two (the
+round's and the evaluation's, ≈ 1.4 GB a SmolLM2 node): a 2-node SmolLM2 job at 8 rows measured 8.3–9.1 GB. ACTIVATION_FACTOR is calibrated on SmolLM2-135M-Instruct + LoRA on this
 CPU: an 8-row step of ≈ 110 tokens a row added 2.7 GB to the process, 16 rows 5.5 GB (≈ 3.1 MB a token, where the
 formula without the factor gives 1.75 MB: LoRA's dropout copies, attention weights and the float32 norms).
 The lab models' estimate is a few hundred MiB a node; it matters for pretrained models, where a 64-row
@@ -86,8 +88,8 @@ def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
     g = cfg.generation
     rows = [min(g.max_batch_sequences, n) for n in (g.prompts_per_round * g.group_size,
                                                     cfg.tasks.eval_size * cfg.eval.samples)]
-    caches = shape["kv_per_token"] * sum(rows) * (96 + g.max_new_tokens)
-    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD + caches
+    cache = shape["kv_per_token"] * max(rows) * (96 + g.max_new_tokens)
+    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD
     rows = cfg.train.micro_batch_rows
     if rows == "auto":  # the planner fits the step into what it sees free: count a modest micro-batch
         rows = 8
@@ -96,7 +98,7 @@ def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
         per_token /= 4
     row_tokens = 96 + cfg.generation.max_new_tokens  # a prompt of the lab and reasoning-gym tasks: < 96 tokens
     step = rows * row_tokens * per_token
-    return int(nodes * fixed + (1 + RESIDUE) * step)
+    return int(nodes * fixed + cache + (1 + RESIDUE) * step)
 
 
 def fits(need: int | None, workers: int, available: int | None = None) -> tuple[int, str | None]:

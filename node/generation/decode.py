@@ -25,9 +25,11 @@ CUDA graphs (node.generation.graphs): on a GPU the step is captured once per (ro
 bucket) and replayed, so a decode step costs one launch instead of thousands; the buffers above are
 exactly the graph's inputs. Rows are padded up to a power of two (≥ 8) and lengths to a multiple of
 128 there, so a few buckets serve every round; on the CPU rows are exact and lengths rounded to 16.
-The loop keeps one decoder per rows bucket (at most `KEEP`): a batch takes the kept decoder of its
-rows whose cache is long enough, and a longer batch replaces it, so a round whose prompts cross a
+With CUDA graphs the loop keeps one decoder per rows bucket (at most `KEEP`): a batch takes the kept decoder
+of its rows whose cache is long enough, and a longer batch replaces it, so a round whose prompts cross a
 length bucket does not push out the held-out evaluation's decoder (and its graph) — lengths only grow.
+Eager decoders are not kept (`keep` 0): a capture is what reuse saves, and a kept eager cache only holds
+memory between rounds (SmolLM2's held-out evaluation of 200 rows: ≈ 1.1 GB, used twice a run).
 `mode` says how the steps run and why: "graphs", "eager: no CUDA", "eager: generation.hf.cuda_graphs
 is false", "eager: capture failed: <reason>" (a failed capture leaves a working eager decoder).
 
@@ -200,10 +202,17 @@ class DecodeLoop:
 
     KEEP = 2  # decoders kept at once, one per rows bucket (a round's and the held-out evaluation's)
 
-    def __init__(self, *, cuda_graphs: bool = True):
+    def __init__(self, *, cuda_graphs: bool = True, keep: int | None = None):
         self.cuda_graphs = cuda_graphs
+        self._keep = keep  # decoders kept between batches; None: KEEP with CUDA graphs, else 0 (module doc)
         self._decoders: OrderedDict[tuple, StaticDecoder] = OrderedDict()  # (id(model), rows) → decoder
         self.built = 0  # decoders built so far (on a GPU each is a graph capture)
+
+    def keep(self, device: torch.device) -> int:
+        """How many decoders are kept between batches on `device`."""
+        if self._keep is not None:
+            return self._keep
+        return self.KEEP if self.cuda_graphs and device.type == "cuda" else 0
 
     def bucket(self, rows: int, length: int, device: torch.device) -> tuple[int, int]:
         """The (rows, length) a decoder for this batch has: bucketed for CUDA graphs, else rows exact."""
@@ -231,7 +240,8 @@ class DecodeLoop:
             self._decoders.move_to_end(key)
             return dec
         self._decoders.pop(key, None)  # too short: freed before its longer replacement is allocated
-        while len(self._decoders) >= self.KEEP:
+        keep = self.keep(device)
+        while self._decoders and len(self._decoders) >= keep:
             self._decoders.popitem(last=False)
         dec = StaticDecoder(model, rows, length, device)
         self.built += 1
@@ -239,7 +249,8 @@ class DecodeLoop:
             from node.generation.graphs import capture
 
             capture(dec)
-        self._decoders[key] = dec
+        if keep:
+            self._decoders[key] = dec
         return dec
 
     def clear(self) -> None:

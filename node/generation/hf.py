@@ -86,7 +86,7 @@ class HFGenerator:
         device = next(model.parameters()).device
         rows, length = self.loop.bucket(rows, length, device)
         graphs = self.loop.cuda_graphs and device.type == "cuda"
-        return reserve_bytes(model, rows, length, DecodeLoop.KEEP, graphs=graphs)
+        return reserve_bytes(model, rows, length, max(1, self.loop.keep(device)), graphs=graphs)
 
     def _decoding_model(self) -> torch.nn.Module:
         if self.merged is not None:

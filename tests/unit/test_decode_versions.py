@@ -81,7 +81,8 @@ def test_regrouped_decode_attention_equals_the_expanded_one(per_head_mask):
 def test_a_longer_round_keeps_the_evaluations_decoder(tiny_qwen, monkeypatch):
     """Rows buckets 8 (the round) and 3 (the held-out evaluation) alternate while the round's prompts grow past a
     length bucket: the round's decoder is replaced by a longer one, the evaluation's is kept, and a shorter
-    round later reuses the longer decoder — 3 decoders built, not 5 (each a CUDA-graph capture on a GPU)."""
+    round later reuses the longer decoder — 3 decoders built, not 5 (each a CUDA-graph capture on a GPU). The
+    loop keeps decoders with CUDA graphs only; here it is told to keep them as it does there."""
     import node.generation.decode as decode
 
     built = []
@@ -92,7 +93,7 @@ def test_a_longer_round_keeps_the_evaluations_decoder(tiny_qwen, monkeypatch):
             super().__init__(*args)
 
     monkeypatch.setattr(decode, "StaticDecoder", Counted)
-    lm, loop = tiny_qwen, DecodeLoop()
+    lm, loop = tiny_qwen, DecodeLoop(keep=DecodeLoop.KEEP)
     short, eval_ids = _ids(lm, _prompts(lm)[:1]) * 8, _ids(lm, _prompts(lm)[:1]) * 3
     long = [ids + ids for ids in short]  # the longest prompt doubles: past the 16-token length bucket
     kw = dict(temperature=1.0, top_p=1.0, eos_id=-1, pad_id=lm.tokenizer.pad_token_id, greedy=True)
@@ -101,6 +102,21 @@ def test_a_longer_round_keeps_the_evaluations_decoder(tiny_qwen, monkeypatch):
     assert len(built) == 3, built  # (rows, length) of each decoder built
     assert loop.built == 3
     assert sorted(rows for _, rows in loop._decoders) == [3, 8]
+
+
+def test_eager_decoders_are_not_kept_between_batches(tiny_qwen):
+    """Without CUDA graphs nothing is kept: the held-out evaluation's cache (200 rows of SmolLM2: ≈ 1.1 GB) is freed
+    after it runs instead of being held through every round; the tokens are those of a loop that keeps them."""
+    lm = tiny_qwen
+    kw = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, eos_id=-1, pad_id=lm.tokenizer.pad_token_id, greedy=True)
+    batch = _ids(lm, _prompts(lm)[:1]) * 3
+    fresh, kept = DecodeLoop(), DecodeLoop(keep=DecodeLoop.KEEP)
+    assert fresh.keep(torch.device("cpu")) == 0 and fresh.keep(torch.device("cuda", 0)) == DecodeLoop.KEEP
+    outs = [(fresh.run(lm.model, batch, **kw), kept.run(lm.model, batch, **kw)) for _ in range(2)]
+    assert not fresh._decoders and len(kept._decoders) == 1
+    assert fresh.built == 2 and kept.built == 1
+    for a, b in outs:
+        assert torch.equal(a.tokens, b.tokens)
 
 
 def test_mode_says_eager_and_why(tiny_qwen):
