@@ -6,7 +6,9 @@ fresh one to a private temp file that is deleted once p2pd has read it — and s
 signs announcements are the same (swarm.net.identity). Hivemind traps handled: `DHT(start=True)`
 explicitly, `startup_timeout` from config (p2pd can exceed hivemind's 15 s default on a busy
 host), a bootstrap that does not answer tried again until that timeout is spent (hivemind dials the
-initial peers only once), then turned into `BootstrapUnreachable` with one line. Client mode and
+initial peers only once), then turned into `BootstrapUnreachable` with one line. p2pd's own start is never
+given less than P2PD_START_S, however little of that timeout is left (a start squeezed to 1 s failed on a busy
+machine, and was taken for p2pd refusing its pubsub flags). Client mode and
 relay options go to hivemind here (`network_options`), and `gossip` starts its p2pd with pubsub on.
 `read_keys` is the DHT read that runs inside the DHT process (the transport's and the weight
 channel's polls).
@@ -44,6 +46,7 @@ from swarm.net.identity import (
 from swarm.net.pubsub import PubsubP2P
 
 log = logging.getLogger(__name__)
+P2PD_START_S = 15.0  # the least time p2pd is given to start (hivemind's default): local work, slow under load
 
 
 class QuietOrphanDHT(DHT):
@@ -148,7 +151,7 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
     startup timeout, and only then is it `BootstrapUnreachable`. With `gossip`, a p2pd that fails to start for
     another reason (it refuses the pubsub flags) is started once more without them: the returned DHT's `pubsub`
     is then False, and the transport falls back to the DHT alone (swarm.exchange.gossip)."""
-    deadline = time.monotonic() + cfg.startup_timeout_s
+    deadline = time.monotonic() + cfg.startup_timeout_s  # for reaching an initial peer; p2pd's own start has its own
     pause = 1.0
     pubsub = cfg.gossip
     while True:
@@ -156,12 +159,12 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
         try:
             return QuietOrphanDHT(start=True, await_ready=True, initial_peers=list(cfg.initial_peers),
                                   host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
-                                  identity_path=identity_path, startup_timeout=max(left, 1.0),
+                                  identity_path=identity_path, startup_timeout=max(left, P2PD_START_S),
                                   bootstrap_timeout=max(left, 1.0), record_validators=[validator, owned_entries(cfg)],
                                   check_if_identity_free=not fresh_identity, pubsub=pubsub,
                                   **network_options(cfg))
         except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
-            if pubsub and not _bootstrap_failure(exc):  # p2pd refused its pubsub flags (an old or odd build)
+            if pubsub and not _bootstrap_failure(exc) and not _daemon_slow(exc):  # p2pd refused its pubsub flags
                 log.warning("p2pd did not start with pubsub (%s); starting it without: announcements go through "
                             "the DHT alone", str(exc).splitlines()[0][:200] if str(exc) else repr(exc))
                 pubsub = False
@@ -181,6 +184,11 @@ def owned_entries(cfg: SwarmConfig) -> OwnedEntriesValidator:
     """The validator that keeps unsigned entries out of this swarm's announcement keys."""
     return OwnedEntriesValidator(cfg.swarm_id, window_s=cfg.window_s, shards=cfg.shards, max_age_s=cfg.max_age_s,
                                  skew_s=cfg.max_clock_skew_s)
+
+
+def _daemon_slow(exc: BaseException) -> bool:
+    """p2pd did not say it was ready within its start-up time (a busy machine), as opposed to refusing to start."""
+    return "failed to start in" in str(exc)
 
 
 def _bootstrap_failure(exc: BaseException) -> bool:
