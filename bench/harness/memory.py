@@ -5,6 +5,8 @@ The estimate, per node of a job (one process holds all of a swarm's nodes; they 
 is live at a time):
 
     fixed    = 4 · params (float32 weights) + 16 · trainable params (gradient + AdamW's two moments)
+               + 4 · adapted params with LoRA and `generation.hf.merge_lora` (the merged copy generation runs on,
+               node.generation.merged: every linear layer's weights once more)
                + 200 MiB (the node's tokenizer, task source and allocator overhead)
     step     = micro_batch_rows · (96 + max_new_tokens) · per_token   (96: more than a lab or reasoning-gym prompt)
     per_token = ACTIVATION_FACTOR · 4 · layers · (12 · hidden + 5 · intermediate)   (float32 activations a token
@@ -14,9 +16,12 @@ is live at a time):
                bytes — once a job: on a CPU the loop keeps no decoder between batches (node.generation.decode)
                and the nodes take turns
 
-and a job needs nodes · fixed + cache + step + RESIDUE · step (glibc keeps much of a freed step's memory: the peak
+and a job needs PROCESS (the interpreter with torch and transformers imported, ≈ 350 MiB measured) + nodes · fixed
++ cache + step + RESIDUE · step (glibc keeps much of a freed step's memory: the peak
 of the next step is not the process's only use). Before decoders were freed on a CPU each node kept two (the
-round's and the evaluation's, ≈ 1.4 GB a SmolLM2 node): a 2-node SmolLM2 job at 8 rows measured 8.3–9.1 GB. ACTIVATION_FACTOR is calibrated on SmolLM2-135M-Instruct + LoRA on this
+round's and the evaluation's, ≈ 1.4 GB a SmolLM2 node): a 2-node SmolLM2 job at 8 rows measured 8.3–9.1 GB. With
+decoders freed, a 2-node SmolLM2 job at 4 rows measured 6.4–6.5 GB over its first hour, where the estimate without
+the merged copy and PROCESS gave 4.65 GB; with them it gives 5.8 GB. ACTIVATION_FACTOR is calibrated on SmolLM2-135M-Instruct + LoRA on this
 CPU: an 8-row step of ≈ 110 tokens a row added 2.7 GB to the process, 16 rows 5.5 GB (≈ 3.1 MB a token, where the
 formula without the factor gives 1.75 MB: LoRA's dropout copies, attention weights and the float32 norms).
 The lab models' estimate is a few hundred MiB a node; it matters for pretrained models, where a 64-row
@@ -34,6 +39,7 @@ import json
 ACTIVATION_FACTOR = 1.8
 RESIDUE = 0.5
 NODE_OVERHEAD = 200 << 20
+PROCESS = 350 << 20
 
 
 def available_bytes() -> int | None:
@@ -70,6 +76,7 @@ def _model_shape(spec: str) -> dict | None:
     per_layer = hidden * hidden * (2 + 2 * kv / heads) + 3 * hidden * inter
     params = layers * per_layer + vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
     return {"hidden": hidden, "layers": layers, "intermediate": inter, "params": params,
+            "adapted": layers * per_layer,
             "kv_per_token": 2 * layers * kv * head_dim * 4}
 
 
@@ -89,7 +96,9 @@ def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
     rows = [min(g.max_batch_sequences, n) for n in (g.prompts_per_round * g.group_size,
                                                     cfg.tasks.eval_size * cfg.eval.samples)]
     cache = shape["kv_per_token"] * max(rows) * (96 + g.max_new_tokens)
-    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD
+    merged = cfg.model.lora is not None and cfg.generation.backend in ("hf", "auto") \
+        and cfg.generation.hf.merge_lora
+    fixed = 4 * shape["params"] + 16 * trainable + NODE_OVERHEAD + (4 * shape["adapted"] if merged else 0)
     rows = cfg.train.micro_batch_rows
     if rows == "auto":  # the planner fits the step into what it sees free: count a modest micro-batch
         rows = 8
@@ -98,7 +107,7 @@ def job_bytes(config_path: str, overrides: dict, nodes: int) -> int | None:
         per_token /= 4
     row_tokens = 96 + cfg.generation.max_new_tokens  # a prompt of the lab and reasoning-gym tasks: < 96 tokens
     step = rows * row_tokens * per_token
-    return int(nodes * fixed + cache + (1 + RESIDUE) * step)
+    return int(PROCESS + nodes * fixed + cache + (1 + RESIDUE) * step)
 
 
 def fits(need: int | None, workers: int, available: int | None = None) -> tuple[int, str | None]:
