@@ -1,6 +1,8 @@
 """What the bench scripts share; a script imports these and the project's packages, never another script.
 
     swarm.py       run_swarm: N nodes in one process on the in-memory transport, round by round
+    teachers.py    the teacher bench's pairings and arms, run_one (a student beside its frozen teacher or a peer)
+                   and teacher_dir (the frozen teacher, trained once and cached)
     stats.py       t95, interval, summary, paired: the one 95 % t-interval of a mean and of a paired difference
     pool.py        run_jobs: the resumable process pool that appends each result to a JSONL results file
     memory.py      job_bytes, fits: a job's memory estimated before it starts; refuse or run fewer side by side

@@ -91,7 +91,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             sums = [dict.fromkeys(totals, 0.0) for _ in swarm]
             weights = [[] for _ in swarm]
             shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
-            distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per round
+            distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per scored round
+            off_split = [[] for _ in swarm]  # byte path: share of its scored completions not split canonically
             bounds = [dict.fromkeys(BOUNDS, 0.0) for _ in swarm]
             for r in range(rounds):
                 hub.round = r
@@ -105,8 +106,10 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                     externals[k] += m["groups_external"]
                     for key in totals:
                         sums[k][key] += m.get(key) or 0
+                    if m.get("distill_tokens_scored"):  # a round none of whose tokens were scored has no KL (its 0.0
+                        distill_kls[k].append(m.get("distill_kl"))  # is no measurement: round 0 across tokenizers)
                     if m.get("distill_requests"):
-                        distill_kls[k].append(m.get("distill_kl"))
+                        off_split[k].append(m.get("distill_off_split"))
                     for key in BOUNDS:  # how often a teacher's limits bound (losses/distill.py), the worst round
                         bounds[k][key] = max(bounds[k][key], m.get(key) or 0.0)
                     if m["groups_external"] and "is_weight_external" in m:
@@ -130,7 +133,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             "external_share": [statistics.fmean(w) if w else None for w in shares],  # weights ≥ 0.1 among them
             "filtered": [statistics.fmean(w) if w else None for w in filtered],  # rows a filter zeroed (f-*)
             "kl_external": [statistics.fmean(w) if w else None for w in kls],  # KL(μ‖π) on peers' rows (k3)
-            "distill_kl": [[x for x in w if x is not None] or None for w in distill_kls],  # per round (students)
+            "distill_kl": [[x for x in w if x is not None] or None for w in distill_kls],  # per scored round (students)
+            "distill_off_split": [w or None for w in off_split],  # per round asked (None: not the byte path)
             "distill_bounds": bounds,  # per node: the largest share of a round the teacher's limits bound
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}

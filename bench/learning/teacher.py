@@ -174,120 +174,15 @@ the table goes to bench/results/learning/teacher.json. The teachers are trained 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import time
-from pathlib import Path
 
 from bench.harness.options import parse_value
 from bench.harness.output import load_jsonl, results_dir, table, write_json
 from bench.harness.pool import run_jobs
 from bench.harness.stats import interval
+from bench.harness.teachers import ARMS, DISTILL, OPD_COEF, PAIRINGS, TEACHER_ROUNDS, run_one, teacher_dir
 
 RESULTS = results_dir("learning")
-
-PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
-            "spell2wide": ("lab-spell-wide", "lab-spell"),
-            "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m")}  # (student, teacher)
-# SmolLM2 runs its own config (LoRA, 4 completions a group, 32 new tokens, lenient extraction) with a smaller
-# held-out set; it is never trained as a teacher here (≈ 30 s a round): as a teacher it is the model as built
-SMOL = "smollm2-135m"
-SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "eval.samples": 2})}
-SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
-ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
-        "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
-        "Pi": (4, 4, 4, "peer"), "Ti0": (4, 4, 4, "copy"), "Di": (4, 0, 4, None), "Tio": (4, 4, 4, "teacher"),
-        "OPD": (4, 0, 4, "teacher"), "OPD0": (4, 0, 4, "copy")}
-DISTILL = ("OPD", "OPD0")  # the student asks the frozen node (n1) to score its completions; it trains on no peer group
-OPD_COEF = 1.0  # λ (--coef)
-# Tn, Ti: T with another student loss; Pi: P with Ti's loss; Ti0: Ti with the teacher's model untrained ("copy");
-# Di: D imitating its own above-mean answers; Tio: Ti with the own bar (train.imitate_bar: own, the node's default)
-# F-TIS + imitation of peers' rows with A > 0 (losses/imitation.py), with the group bar these arms were run with
-IMITATION = {"train.imitate": 1.0, "train.imitate_bar": "group"}
-STUDENT_OVER = {"Tn": {"loss": {"name": "nois"}},  # arms whose student trains otherwise than TASK's F-TIS
-                "Ti": IMITATION, "Pi": IMITATION, "Ti0": IMITATION,
-                "Di": {**IMITATION, "train.imitate_rows": "all"},
-                "Tio": {**IMITATION, "train.imitate_bar": "own"}}
-CONFIG = "examples/lab-solo.yaml"
-TEACHER_ROUNDS = 200
-TASK = {"tasks.reward": "exact", "select.drop_zero_advantage": True, "tasks.eval_size": 400, "eval.samples": 4,
-        "loss": {"name": "f-tis"}}
-
-
-def teacher_dir(spec: str, rounds: int, over: dict | None = None) -> Path:
-    """The frozen teacher's model folder: `spec` trained alone for `rounds` rounds, with `over` on top of its config
-    (built on first use; a teacher trained with overrides has a folder of its own)."""
-    from node.models.load import default_cache_dir
-
-    if spec == SMOL:  # as built (pretrained): 200 rounds of SmolLM2 would take ≈ 2 hours here
-        return SMOL
-    tag = "".join(f"-{k}={v}" for k, v in sorted((over or {}).items()))
-    root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}{tag}"
-    done = root / "model"
-    if (done / "config.json").is_file():
-        return done
-    from node.books import checkpoint
-    from node.config import load_config
-    from node.node import Node
-    from node.round.loop import run_round
-
-    print(f"training the teacher {spec} for {rounds} rounds (once) ...", flush=True)
-    cfg = load_config(CONFIG, {"model.spec": spec, "rounds": rounds, "torch_threads": 1, "eval.every": 0,
-                               "checkpoint.every": rounds, "metrics.console": False, **(over or {})})
-    work = root.with_name(root.name + ".work")
-    node = Node(cfg, str(work))
-    try:
-        for r in range(rounds):
-            run_round(node, r)
-    finally:
-        node.close()
-    newest = checkpoint.complete_checkpoints(work / "checkpoints")[-1]
-    root.mkdir(parents=True, exist_ok=True)
-    os.replace(newest / "model", done)
-    return done
-
-
-def run_one(job: dict) -> dict:
-    """One arm, one pairing, one seed: the student's (and the other node's) held-out gain and weights."""
-    from bench.harness.swarm import run_swarm
-
-    student, other = PAIRINGS[job["pairing"].partition("@")[0]]
-    i, j, g, kind = ARMS[job["arm"]]
-    started = time.perf_counter()
-    partner = SMOL_PARTNER if SMOL in (student, other) else {}
-
-    def node(spec: str, model: str) -> tuple[str, dict]:  # its config file, and TASK with its own adjustments
-        config, extra = SPEC_CONFIG.get(spec, (CONFIG, partner))
-        return config, {**TASK, **extra, **job.get("set", {}), "model.spec": model}
-
-    config, base = node(student, student)
-    configs, local, external, generate = [config], [i], [j], [g]
-    over = [{**base, **STUDENT_OVER.get(job["arm"], {})}]
-    if job["arm"] in DISTILL:
-        over[0].update({"distill.teachers": ["n1"], "distill.coef": job.get("coef", OPD_COEF)})
-    if kind:  # a frozen teacher (trained, or its model as built: "copy") generating 8 groups a round, or a fresh peer
-        config, base = node(other, job["teacher_dir"] if kind == "teacher" else other)
-        frozen = kind in ("teacher", "copy")
-        configs.append(config)
-        local, external, generate = local + [8 if frozen else i], external + [0 if frozen else j], \
-            generate + [8 if frozen else g]
-        over.append({**base, **({"train.lr": 0.0} if frozen else {})})
-        if job["arm"] in DISTILL:  # the teacher serves scores; it generates one group a round (its groups are unused)
-            over[-1].update({"distill.serve": True, "distill.serve_tokens_per_s": 1e9})
-            local[-1] = generate[-1] = 1
-    run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
-    out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
-    out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
-               score_gain=run["score_after"][0] - run["score_before"][0],
-               external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
-               w_share=run["external_share"][0], filtered=run["filtered"][0], kl=run["kl_external"][0],
-               tokens_generated=run["tokens_generated"][0], tokens_trained=run["tokens_trained"][0],
-               cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1),
-               distill_kl=run["distill_kl"][0], distill_tokens_scored=run["distill_tokens_scored"][0],
-               distill_bounds=run["distill_bounds"][0],
-               teacher_tokens_computed=run["distill_served_computed"][1] if len(configs) > 1 else 0)
-    return out
-
 
 def label(pairing: str, arm: str, teacher_rounds: int) -> str:
     """The pairing's name, with `@rounds` for a teacher trained another number of rounds than the default."""
@@ -297,6 +192,12 @@ def label(pairing: str, arm: str, teacher_rounds: int) -> str:
 def _m(xs):
     xs = [x for x in xs if x is not None]
     return statistics.fmean(xs) if xs else float("nan")
+
+
+def _scored_kl(kls: list[float]) -> list[float]:
+    """A run's per-round KL without the rounds nobody scored: runs before the harness skipped them recorded such a
+    round (round 0 across tokenizers: the teacher refuses our ids first) as exactly 0.0, which no estimate is."""
+    return [x for x in kls if x != 0.0]
 
 
 def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list[dict]]:
@@ -318,8 +219,9 @@ def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list
                          "kl": _m(r["kl"] for r in rs), "mtok_gen": _m(r["tokens_generated"] for r in rs) / 1e6,
                          "mtok_trained": _m(r["tokens_trained"] for r in rs) / 1e6})
             if arm in DISTILL:
-                rows[-1].update(distill_kl_first=_m(_m(r["distill_kl"][:5]) for r in rs if r.get("distill_kl")),
-                                distill_kl_last=_m(_m(r["distill_kl"][-5:]) for r in rs if r.get("distill_kl")),
+                kls = [_scored_kl(r["distill_kl"]) for r in rs if r.get("distill_kl")]
+                rows[-1].update(distill_kl_first=_m(_m(k[:5]) for k in kls if k),
+                                distill_kl_last=_m(_m(k[-5:]) for k in kls if k),
                                 scored_per_gen=_m(r["distill_tokens_scored"] / r["tokens_generated"] for r in rs),
                                 teacher_per_gen=_m(r["teacher_tokens_computed"] / r["tokens_generated"] for r in rs),
                                 seconds=_m(r["seconds"] for r in rs))
