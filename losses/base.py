@@ -100,6 +100,7 @@ class LossInputs:
     logp_teacher: Tensor | None = None  # [B, T] a teacher's log π_T of each token (losses/distill.py); None: no teacher
     teacher_scored: Tensor | None = None  # [B, T] bool: tokens logp_teacher holds a score for
     teacher_chunk: Tensor | None = None  # [B, T] long: the teacher's chunk of each token (None: one token per chunk)
+    teacher_kind: Tensor | None = None  # [B, T] long: text 0, final EOS 1, off-split 2 (losses/distill.py); None: all text
 
 
 @dataclass

@@ -32,12 +32,44 @@ tokenizer grow and cost it held-out accuracy, docs/BENCHMARKS.md §12E, where a 
 named: the teacher scores its canonical tokenization of the text, the student its sampled tokens.)
 With one token per chunk (the same tokenizer) d_c = d_t.
 
+How the chunk's gap reaches its tokens is `signal` (`distill.cross_signal`; all three are the one-token gap d_t
+when every chunk is one token and no token is marked EOS or OFF_SPLIT, so the id path — one tokenizer, which marks
+none — is the same under each: tests/unit/test_distill_signal.py; the byte path at one tokenizer, `send_ids` false,
+marks them and differs there):
+- `chunk` (today's default): d_c on every token of c, as above; our final EOS inside the gap (the byte path's
+  `requester` split scores the teacher's EOS against it as a chunk of its own).
+- `dpca`: DPCA's credit. Each token i of c gets d_c · log p_i / L_S(c), L_S(c) = Σ_{t ∈ c} log p_t (p = π_old): the
+  teacher's chunk value spread over the chunk's tokens in proportion to their own log-probabilities, then one-token
+  OPD — the credit (L_T / L_S − 1)·log p_i, adding up to d_c over the chunk instead of n_c·d_c. A near-certain
+  token (log p ≈ 0) of a chunk takes almost none of it. And the end has its own term: a token marked EOS
+  (`teacher_kind`: our final EOS when it is a chunk of its own, node.distill.student) takes, in place of a gap, the
+  gradient of the forward KL between the two stop probabilities, KL(Bern(p_T) ‖ Bern(p_S)) with p_S = π_old(EOS),
+  p_T = π_T(EOS): ∂/∂log p_S = −p_T + (1 − p_T)·p_S / (1 − p_S) (`eos_coefficient`; metric `distill_eos_kl`).
+- `exact`: `dpca`, and a token marked OFF_SPLIT — where our sampled split of the text is not our tokenizer's own
+  tokenization of it — gets the gap OFF_SPLIT_GAP, which the token clip then bounds: the teacher's text distribution
+  written in our tokenization (our tokenizer applied to the teacher's texts) gives such a token sequence
+  probability 0. docs/BENCHMARKS.md §12F measures what a student is paid for such splits under each signal.
+Every bound below applies to every signal's gaps, the EOS term's included.
+
 Sources. The estimator is on-policy distillation as Thinking Machines describe it ("On-Policy
 Distillation", 2025: per-token reverse KL log π_student − log π_teacher on the student's own
 samples as a negative per-token advantage, importance-sampled against the sampling policy) and as
 KDRL combines it with a GRPO reward (arXiv 2506.02208: the reward advantage plus a reverse-KL term
 weighted by a coefficient with a schedule); across tokenizers the gap is taken per chunk of text,
 after ALM's chunk-level likelihood matching (arXiv 2503.20083).
+
+The cross-tokenizer signals follow three methods that need only per-token log-probabilities of the student's
+text on the wire: DPCA (arXiv 2606.09456: the per-token credit above, and a forward-KL term on EOS), ALM (arXiv
+2503.20083: chunk likelihoods matched) and exact scoring of one tokenizer's sequences under another's BPE (arXiv
+2512.14954). Departures of these signals, all ours: `dpca` is DPCA's credit used as a per-token advantage
+of this module's clipped policy gradient (not a loss of its own), with π_old's log-probabilities; where
+|L_S(c)| < 1e-6 the chunk's gap is shared equally; the EOS term is measured only where the student ended (a
+truncated completion has no EOS term: its π(EOS) at other positions is not in the batch) and enters as the
+gradient's coefficient on log p_S, clipped like a gap, not as a loss. `exact` is not the exact conversion of the
+teacher into a next-token distribution over our vocabulary (which needs the teacher's probabilities of every
+continuation): it keeps the chunk values for canonical tokens and only gives an off-split token the probability 0
+that conversion would give its sequence, as the clipped gap. ALM's binarised f-divergence loss and its dropping of
+chunks whose tokenization bias differs are not built.
 
 Departures, all ours:
 - The student's log-probability is π_old (the policy at the start of the round's steps, what
@@ -113,6 +145,11 @@ def teacher_mask(inputs: LossInputs) -> Tensor:
     return scored
 
 
+SIGNALS = ("chunk", "dpca", "exact")  # distill.cross_signal: how a chunk's gap reaches its tokens (module docstring)
+TEXT, EOS, OFF_SPLIT = 0, 1, 2  # LossInputs.teacher_kind of a scored token (byte path; node.distill.student)
+OFF_SPLIT_GAP = 1e4  # nats: an off-split token's gap under `exact` (log 0 as a teacher may send it, −1e4), then clipped
+
+
 def chunk_gap(gap: Tensor, scored: Tensor, chunk: Tensor | None) -> Tensor:
     """d_c = Σ_{t ∈ c} d_t on every scored token of its chunk c (`chunk`: [B, T] the chunk of each token; None:
     one token per chunk, `gap` itself)."""
@@ -123,6 +160,63 @@ def chunk_gap(gap: Tensor, scored: Tensor, chunk: Tensor | None) -> Tensor:
     idx = chunk.long().clamp(0, gap.shape[1] - 1)
     sums = torch.zeros_like(gap).scatter_add(1, idx, torch.where(scored, gap, 0.0))
     return torch.where(scored, sums.gather(1, idx), gap)
+
+
+def dpca_gap(gap: Tensor, scored: Tensor, chunk: Tensor | None, logp_old: Tensor) -> Tensor:
+    """DPCA's credit as a gap: each scored token i of chunk c gets d_c · log p_i / L_S(c), L_S(c) = Σ_{t ∈ c} log p_t
+    (p = π_old; the teacher's chunk value spread over the chunk's tokens in proportion to their own log-probabilities,
+    then one-token OPD), so a chunk's gaps add up to d_c; d_c / n_c each where |L_S(c)| < 1e-6. One token per chunk
+    (`chunk` None, or every chunk of one token): `gap` itself."""
+    if chunk is None:
+        return gap
+    idx = chunk.long().clamp(0, gap.shape[1] - 1)
+    lp = torch.where(scored, logp_old.float(), 0.0)
+    one = scored.float()
+
+    def per_chunk(x: Tensor) -> Tensor:
+        return torch.zeros_like(gap).scatter_add(1, idx, x).gather(1, idx)
+
+    d_c, l_s, n_c = per_chunk(torch.where(scored, gap, 0.0)), per_chunk(lp), per_chunk(one)
+    flat = l_s.abs() < 1e-6
+    share = torch.where(flat, 1.0 / n_c.clamp(min=1.0), lp / torch.where(flat, 1.0, l_s))
+    return torch.where(scored, d_c * share, gap)
+
+
+def eos_coefficient(logp_old: Tensor, logp_teacher: Tensor) -> tuple[Tensor, Tensor]:
+    """(∂/∂log p_S of KL(Bern(p_T) ‖ Bern(p_S)), that KL) at a final EOS: p_S = π_old(EOS), p_T the teacher's
+    probability of ending there; the coefficient −p_T + (1 − p_T)·p_S / (1 − p_S) takes the place of the gap."""
+    p_s = logp_old.float().exp().clamp(1e-12, 1 - 1e-6)
+    p_t = logp_teacher.float().exp().clamp(1e-12, 1 - 1e-6)
+    coef = -p_t + (1 - p_t) * p_s / (1 - p_s)
+    kl = p_t * (p_t.log() - p_s.log()) + (1 - p_t) * ((1 - p_t).log() - (1 - p_s).log())
+    return coef, kl
+
+
+def signal_gap(inputs: LossInputs, scored: Tensor, signal: str) -> tuple[Tensor, Tensor]:
+    """(the gap of every scored token under `signal`, before the bounds; [B, T] bool: final EOS tokens given the
+    EOS term). `chunk`: today's chunk gap, teacher_kind ignored. `dpca`: dpca_gap on text tokens, the forward-KL
+    coefficient of eos_coefficient on EOS tokens. `exact`: dpca, and a token of a split that is not our tokenizer's
+    own of its text (OFF_SPLIT) gets the gap OFF_SPLIT_GAP, which the clip then bounds: the teacher's text
+    distribution written in our tokenization gives that token sequence probability 0."""
+    if signal not in SIGNALS:
+        raise ValueError(f"the cross-tokenizer signal must be one of {SIGNALS}, not {signal!r}")
+    logp_old = inputs.logp_old.detach().float()
+    gap = torch.where(scored, logp_old - inputs.logp_teacher.detach().float(), 0.0)
+    kind = inputs.teacher_kind
+    if signal == "chunk" or kind is None:
+        gap = chunk_gap(gap, scored, inputs.teacher_chunk) if signal == "chunk" else \
+            dpca_gap(gap, scored, inputs.teacher_chunk, logp_old)
+        return gap, torch.zeros_like(scored)
+    if tuple(kind.shape) != tuple(gap.shape):
+        raise ValueError(f"LossInputs.teacher_kind must have shape {tuple(gap.shape)}")
+    eos = scored & (kind == EOS)
+    text = scored & ~eos
+    gap = dpca_gap(torch.where(text, gap, 0.0), text, inputs.teacher_chunk, logp_old)
+    coef, _ = eos_coefficient(logp_old, inputs.logp_teacher.detach())
+    gap = torch.where(eos, coef, gap)
+    if signal == "exact":
+        gap = torch.where(text & (kind == OFF_SPLIT), torch.full_like(gap, OFF_SPLIT_GAP), gap)
+    return gap, eos
 
 
 @dataclass(frozen=True)
@@ -148,16 +242,15 @@ class TeacherBounds:
 UNBOUNDED = TeacherBounds(token=float("inf"), completion=float("inf"), guard=False)  # the bare estimator (tests)
 
 
-def teacher_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds()
-                       ) -> tuple[Tensor, Tensor, dict[str, float]]:
+def teacher_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds(),
+                       signal: str = "chunk") -> tuple[Tensor, Tensor, dict[str, float]]:
     """(τ [B, T] the teacher's part of each token's advantage, −λ·d with every bound applied, 0 off the scored own
-    tokens; the scored mask; counts of what the bounds took). No gradient."""
+    tokens; the scored mask; counts of what the bounds took). No gradient. `signal`: signal_gap."""
     scored = teacher_mask(inputs)
     stats = {"clipped": 0.0, "capped": 0.0, "guarded": 0.0, "rows": float(scored.any(dim=1).sum())}
     if not bool(scored.any()):
         return torch.zeros(scored.shape, device=scored.device), scored, stats
-    gap = torch.where(scored, inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float(), 0.0)
-    gap = chunk_gap(gap, scored, inputs.teacher_chunk)
+    gap, _ = signal_gap(inputs, scored, signal)
     stats["clipped"] = float((scored & (gap.abs() > bounds.token)).sum())
     gap = torch.where(scored, gap.clamp(-bounds.token, bounds.token), 0.0)
     total = gap.abs().sum(dim=1)  # Σ_t |d_t| of each row
@@ -174,40 +267,54 @@ def teacher_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = T
     return tau, scored, stats
 
 
-def distill_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds()) -> Tensor:
+def distill_advantages(inputs: LossInputs, lam: float, bounds: TeacherBounds = TeacherBounds(),
+                       signal: str = "chunk") -> Tensor:
     """A_t [B, T] = A_i + τ_t (teacher_advantages) on scored own tokens, A_i elsewhere (no gradient)."""
-    tau, scored, _ = teacher_advantages(inputs, lam, bounds)
+    tau, scored, _ = teacher_advantages(inputs, lam, bounds, signal)
     adv = inputs.advantages.detach().float()[:, None].expand(scored.shape)
     return torch.where(scored, adv + tau, adv)
 
 
 def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = "seq",
-                 bounds: TeacherBounds = TeacherBounds()) -> tuple[Tensor, dict]:
+                 bounds: TeacherBounds = TeacherBounds(), signal: str = "chunk") -> tuple[Tensor, dict]:
     """(L_distill, metrics) of the module docstring for one (micro-)batch."""
-    tau, scored, stats = teacher_advantages(inputs, lam, bounds)
+    tau, scored, stats = teacher_advantages(inputs, lam, bounds, signal)
     if bounds.floor > 0:  # our tokens below the floor (and, span rest, after one) keep their values, lose the push
         inputs, _ = floor_tokens(inputs, bounds.floor, bounds.span, ~inputs.is_external)
     view = behaviour_view(inputs)
     own = view.valid & ~inputs.is_external[:, None]
     gap = torch.zeros_like(view.m)  # d_t on scored tokens, 0 elsewhere (the KL estimate, before any bound)
+    eos = torch.zeros_like(scored)  # final EOS tokens given the EOS term (signals dpca, exact on the byte path)
+    eos_kl = None
     if bool(scored.any()):
         gap = torch.where(scored, inputs.logp_old.detach().float() - inputs.logp_teacher.detach().float(), 0.0)
+        if signal != "chunk" and inputs.teacher_kind is not None:
+            eos = scored & (inputs.teacher_kind == EOS)
+            if bool(eos.any()):
+                eos_kl = float(eos_coefficient(inputs.logp_old.detach(), inputs.logp_teacher.detach())[1][eos].mean())
+    kl_tokens = scored & ~eos
     ratio = safe_exp(view.log_ratio_old)  # R = π_θ/π_old (grad), 1 in value on the round's first step
     per_token, _ = clipped_surrogate(ratio, tau.to(ratio.device), eps, eps)
     term = reduce_tokens(per_token * scored, view, norm)
     n_scored, n_own, rows = float(scored.sum()), float(own.sum()), stats["rows"]
-    metrics = {"distill_kl": float(gap[scored].mean()) if n_scored else 0.0,
+    n_kl = float(kl_tokens.sum())
+    metrics = {"distill_kl": float(gap[kl_tokens].mean()) if n_kl else 0.0,
                "distill_scored_share": n_scored / n_own if n_own else 0.0, "distill_lambda": float(lam),
                "distill_clipped_share": stats["clipped"] / n_scored if n_scored else 0.0,
                "distill_capped_share": stats["capped"] / rows if rows else 0.0,
                "distill_guarded_share": stats["guarded"] / rows if rows else 0.0}
+    if eos_kl is not None:  # KL(Bern(p_T) ‖ Bern(p_S)) at the final EOS of rows given the EOS term
+        metrics["distill_eos_kl"] = eos_kl
     return term, metrics
 
 
-def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds: TeacherBounds = TeacherBounds()):
+def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds: TeacherBounds = TeacherBounds(),
+                      signal: str = "chunk"):
     """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0). `lam` is a number, or a
     callable giving the current λ at each call (a schedule the caller moves, e.g. with `linear_lambda`); `bounds`
-    what a teacher's values can do (TeacherBounds)."""
+    what a teacher's values can do (TeacherBounds); `signal` how a chunk's gap reaches its tokens (SIGNALS)."""
+    if signal not in SIGNALS:
+        raise ValueError(f"the cross-tokenizer signal must be one of {SIGNALS}, not {signal!r}")
     if not callable(lam):
         if lam < 0:
             raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
@@ -220,7 +327,7 @@ def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds
         now = float(lam()) if callable(lam) else lam
         if now < 0:
             raise ValueError(f"the distillation coefficient must be >= 0, not {now!r}")
-        term, metrics = distill_term(inputs, now, eps, norm, bounds)
+        term, metrics = distill_term(inputs, now, eps, norm, bounds, signal)
         return LossOutputs(out.loss + term, {**out.metrics, **metrics})
 
     fn.needs_reference = getattr(loss_fn, "needs_reference", False)

@@ -78,7 +78,8 @@ class Node:
         self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
         self.distill = build_distill(self)  # a teacher's score service, a student's requests (node.distill)
         if self.distill is not None and self.distill.student is not None:  # λ of the round, read at each call
-            self.loss_fn = with_distillation(self.loss_fn, lambda: self.distill.coef, bounds=self.distill.bounds)
+            self.loss_fn = with_distillation(self.loss_fn, lambda: self.distill.coef, bounds=self.distill.bounds,
+                                             signal=self.distill.signal)
         self.federated = None
         if cfg.federated is not None:
             print(self.tasks.describe(), flush=True)

@@ -93,6 +93,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             shares, filtered, kls = [[] for _ in swarm], [[] for _ in swarm], [[] for _ in swarm]
             distill_kls = [[] for _ in swarm]  # a student's KL to its teacher on its scored tokens, per scored round
             off_split = [[] for _ in swarm]  # byte path: share of its scored completions not split canonically
+            gates = [[] for _ in swarm]  # a student's headroom gate, per round (with distill.headroom_margin)
             bounds = [dict.fromkeys(BOUNDS, 0.0) for _ in swarm]
             for r in range(rounds):
                 hub.round = r
@@ -110,6 +111,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                         distill_kls[k].append(m.get("distill_kl"))  # is no measurement: round 0 across tokenizers)
                     if m.get("distill_requests"):
                         off_split[k].append(m.get("distill_off_split"))
+                    if m.get("distill_gate"):  # the headroom gate's state and both scores (node/distill/gate.py)
+                        gates[k].append({"round": r, **m["distill_gate"]})
                     for key in BOUNDS:  # how often a teacher's limits bound (losses/distill.py), the worst round
                         bounds[k][key] = max(bounds[k][key], m.get(key) or 0.0)
                     if m["groups_external"] and "is_weight_external" in m:
@@ -135,6 +138,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             "kl_external": [statistics.fmean(w) if w else None for w in kls],  # KL(μ‖π) on peers' rows (k3)
             "distill_kl": [[x for x in w if x is not None] or None for w in distill_kls],  # per scored round (students)
             "distill_off_split": [w or None for w in off_split],  # per round asked (None: not the byte path)
+            "distill_gate": [w or None for w in gates],
             "distill_bounds": bounds,  # per node: the largest share of a round the teacher's limits bound
             "cum_reward": statistics.fmean(sum(c) for c in curves),
             "gain": statistics.fmean(a - b for a, b in zip(after, before))}

@@ -107,5 +107,6 @@ def run_one(job: dict) -> dict:
                cum_reward=sum(run["curves"][0]), seconds=round(time.perf_counter() - started, 1),
                distill_kl=run["distill_kl"][0], distill_tokens_scored=run["distill_tokens_scored"][0],
                distill_bounds=run["distill_bounds"][0], distill_off_split=run["distill_off_split"][0],
+               distill_gate=run["distill_gate"][0],
                teacher_tokens_computed=run["distill_served_computed"][1] if len(configs) > 1 else 0)
     return out

@@ -6,6 +6,7 @@ bench/results/learning/).
                       groups to the swarm node's trained tokens)
     sharing_report    sharing's paired differences, decision rules and figure
     teacher           a student with a frozen, trained teacher's groups against the same student alone
+    split_bias        whether a distillation student is paid for splitting a text otherwise than its tokenizer
     hetero            a node beside a peer that is a different model, against solo runs
     heterorl          GEPO against GRPO and sequence-level IS under delay (learner and samplers)
     learning_margin   RL on the lab model against the same model frozen: the held-out gain

@@ -10,6 +10,8 @@
              request answered with a status
   student    the student's side: its own completions to a teacher its config names by peer id each round, the
              answers checked and put on its groups, every failure dropped with its reason
+  gate       the headroom gate: a named teacher is asked only while its own answers, re-verified on our tasks,
+             score a margin above ours
   mode       the node's Distill (service, student, λ of the round, the bounds from its config) on its transport
 
 The messages are protocols.score, the stream swarm.exchange.scoring, the student's estimator losses.distill (with

@@ -43,6 +43,24 @@ class DistillConfig(BaseModel):
     send_ids: bool = Field(True, description="Send our token ids to a teacher of our tokenizer (its scores are then "
                            "of exactly our tokens); false: always the byte path, as to a teacher of another tokenizer "
                            "(a diagnostic: docs/BENCHMARKS.md §12E).")
+    cross_signal: Literal["chunk", "dpca", "exact"] = Field(
+        "chunk", description="How a teacher of another tokenizer's chunk values reach our tokens (the byte path; with "
+        "one token per chunk and no token marked, as on the id path, all three are the same one-token gap, "
+        "losses/distill.py): "
+        "`chunk`, every token of a chunk gets the chunk's gap, our final EOS inside it; `dpca`, the chunk's gap shared "
+        "out over its tokens in proportion to their own log-probabilities (DPCA's credit), and our final EOS scored "
+        "by its own term (the gradient of a forward KL between the two ends' stop probabilities); `exact`, `dpca` and "
+        "the tokens where our sampled split of the text is not our tokenizer's own get the largest gap "
+        "(max_token_gap): written in our tokenization, the teacher's text distribution gives such a split "
+        "probability 0 (docs/BENCHMARKS.md §12F).")
+    headroom_margin: float | None = Field(
+        None, ge=-1.0, le=1.0, description="Ask a teacher only while its score on our own tasks is at least this much "
+        "above ours: the mean reward, under our own verifier, of its own sampled answers that reached us (its groups, "
+        "re-verified here; only our training datasets count), against the same over our own groups (node/distill/"
+        "gate.py). Until both sides have headroom_groups groups the teacher is not asked. null: no gate, every "
+        "named teacher is asked in turn.")
+    headroom_groups: int = Field(8, ge=1, le=4096, description="The groups each side's score is the mean over (the "
+                                 "latest of each), and the fewest before the gate can open.")
     serve: bool = Field(False, description="Answer peers' score requests with this node's model (a teacher).")
     score_split: Literal["canonical", "requester"] = Field(
         "requester", description="On the byte path (a requester of another tokenizer), which of our tokenizations of "

@@ -13,6 +13,7 @@ from typing import Any
 
 from losses.distill import TeacherBounds, linear_lambda
 from node.distill.config import DistillConfig
+from node.distill.gate import HeadroomGate, own_task_keys
 from node.distill.serve import ScoreBudget, ScoreService, Teacher
 from node.distill.student import Asked, Student
 from protocols.score import ScoreCaps
@@ -26,6 +27,7 @@ class Distill:
                  bounds: TeacherBounds = TeacherBounds()):
         self.cfg, self.link, self.student, self.service = cfg, link, student, service
         self.bounds = bounds  # what a teacher's values can do to this node's loss (losses.distill)
+        self.signal = cfg.cross_signal  # how a chunk's gap reaches our tokens (losses.distill.signal_gap)
         self.coef = cfg.coef  # λ of the current round (losses.distill reads it through the node's loss)
 
     def ask(self, round_: int, groups: list, prompts: list[str]) -> Asked | None:
@@ -36,11 +38,11 @@ class Distill:
         self.coef = linear_lambda(round_, start=self.cfg.coef, end=end, steps=self.cfg.coef_rounds)
         return self.student.ask(round_, groups, prompts)
 
-    def collect(self, asked: Asked | None) -> dict[str, Any]:
-        """The answers onto the groups; the student's metrics."""
+    def collect(self, asked: Asked | None, gathered: list | None = None) -> dict[str, Any]:
+        """The answers onto the groups; the student's metrics. `gathered`: the round's peers' groups (the gate)."""
         if self.student is None or asked is None:
             return {}
-        return self.student.collect(asked)
+        return self.student.collect(asked, gathered or [])
 
     def served(self) -> dict[str, Any]:
         """What this node's service answered since the last round (nothing for a node that does not serve)."""
@@ -83,6 +85,8 @@ def build_distill(node) -> Distill | None:
                                budget, caps=caps, max_tokens=cfg.serve_max_tokens, split=cfg.score_split)
         link.serve(service.answer, cfg.serve_students)
     if cfg.student:
+        gate = None if cfg.headroom_margin is None else HeadroomGate(
+            cfg.headroom_margin, cfg.headroom_groups, list(dict.fromkeys(cfg.teachers)), own_task_keys(node.cfg.tasks))
         student = Student(cfg, link, swarm_id=swarm_id, tokenizer=node.tokenizer, fingerprint=node.fingerprint,
-                          vocab_size=node.vocab_size, temperature=node.cfg.generation.temperature, caps=caps)
+                          vocab_size=node.vocab_size, temperature=node.cfg.generation.temperature, caps=caps, gate=gate)
     return Distill(cfg, link, student, service, teacher_bounds(node.cfg))

@@ -36,6 +36,7 @@ class Group:
     # set by on-policy distillation (node.distill.student) before selection
     teacher_logps: list[list[float | None] | None] | None = None  # an entry None: a token left unscored
     teacher_chunks: list[list[int] | None] | None = None  # its tokens per chunk of each (None: one token per chunk)
+    teacher_kinds: list[list[int] | None] | None = None  # per token of each: text 0, final EOS 1, off-split 2 (byte path)
 
     @property
     def is_external(self) -> bool:

@@ -40,7 +40,7 @@ def run_round(node: RoundHost, round_: int) -> dict[str, Any]:
     wire_bytes = publish(parts, round_, sampled)  # 4
     asked = parts.distill.ask(round_, sampled.groups, sampled.prompts) if parts.distill else None  # 4
     gathered = gather(parts)  # 5
-    taught = parts.distill.collect(asked) if parts.distill else {}  # 5
+    taught = parts.distill.collect(asked, gathered.groups) if parts.distill else {}  # 5
     selection = parts.selector.select(sampled.groups, gathered.groups)  # 6
     step = train(parts, selection.groups)  # 7, 8, 9
     if parts.distill:

@@ -50,6 +50,7 @@ class Row:
     imitable: bool = True  # train.imitate may push it up if its advantage is positive (build_rows' imitate_bar)
     logp_teacher: list[float | None] | None = None  # a teacher's log π_T of each of our tokens (node.distill.score); None: none (an entry None: that token unscored)
     teacher_chunks: list[int] | None = None  # our tokens per chunk the teacher aligned (None: one token per chunk)
+    teacher_kind: list[int] | None = None  # per token: text 0, final EOS 1, off-split 2 (losses/distill.py); None: text
 
 
 @dataclass
@@ -86,8 +87,9 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
         own = g.aligned and not g.is_external and g.teacher_logps
         teacher = g.teacher_logps if own else [None] * len(g.completions)
         teacher_chunks = (g.teacher_chunks or [None] * len(g.completions)) if own else [None] * len(g.completions)
-        for c, adv, reward, logp_teacher, t_chunks in zip(g.completions, g.advantages, g.rewards, teacher,
-                                                          teacher_chunks):
+        teacher_kinds = (g.teacher_kinds or [None] * len(g.completions)) if own else [None] * len(g.completions)
+        for c, adv, reward, logp_teacher, t_chunks, t_kind in zip(g.completions, g.advantages, g.rewards, teacher,
+                                                                  teacher_chunks, teacher_kinds):
             alignment = None
             if g.aligned:
                 ids, beh = list(c.token_ids), list(c.logprobs)
@@ -105,7 +107,7 @@ def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True
                             truncated=c.finish_reason == "length",
                             chunks=alignment[0] if alignment else None, chunk_logp=alignment[1] if alignment else None,
                             imitable=imitate_bar is None or reward > imitate_bar, logp_teacher=logp_teacher,
-                            teacher_chunks=t_chunks))
+                            teacher_chunks=t_chunks, teacher_kind=t_kind))
     return rows
 
 
@@ -205,7 +207,7 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         elif r.chunks is not None:
             chunk_ids[i, : len(r.chunks)] = torch.tensor(r.chunks)
             chunk_logp[i, : len(r.chunk_logp)] = torch.tensor(r.chunk_logp)
-    teacher, scored, teacher_chunk = _teacher_scores(rows, mask)
+    teacher, scored, teacher_chunk, teacher_kind = _teacher_scores(rows, mask)
     dev = logp.device  # the model's (train.device)
     return LossInputs(
         logp=logp,
@@ -226,18 +228,20 @@ def loss_inputs(model, rows: list[Row], temperature: float, pad_id: int, totals:
         logp_teacher=None if teacher is None else teacher.to(dev),
         teacher_scored=None if scored is None else scored.to(dev),
         teacher_chunk=None if teacher_chunk is None else teacher_chunk.to(dev),
+        teacher_kind=None if teacher_kind is None else teacher_kind.to(dev),
     )
 
 
 def _teacher_scores(rows: list[Row], mask: torch.Tensor):
-    """A teacher's log π_T [b, T], the tokens it scored [b, T] (a row's scores of another length: none) and the
-    chunk of each token [b, T] (its own index for one token per chunk), or Nones when no row has any
-    (losses/distill.py reads them)."""
+    """A teacher's log π_T [b, T], the tokens it scored [b, T] (a row's scores of another length: none), the
+    chunk of each token [b, T] (its own index for one token per chunk) and each token's kind [b, T] (None when no row
+    has kinds), or Nones when no row has any (losses/distill.py reads them)."""
     if all(r.logp_teacher is None for r in rows):
-        return None, None, None
+        return None, None, None, None
     teacher = torch.zeros(mask.shape)
     scored = torch.zeros(mask.shape, dtype=torch.bool)
     chunk = torch.arange(mask.shape[1]).expand(mask.shape).clone()
+    kind = torch.zeros(mask.shape, dtype=torch.long) if any(r.teacher_kind is not None for r in rows) else None
     for i, r in enumerate(rows):
         n = len(r.tokens.completion_ids)
         if r.logp_teacher is not None and len(r.logp_teacher) == n:  # None: a token the teacher did not score
@@ -246,7 +250,9 @@ def _teacher_scores(rows: list[Row], mask: torch.Tensor):
             if r.teacher_chunks is not None and sum(r.teacher_chunks) == n:
                 chunk[i, :n] = torch.repeat_interleave(torch.arange(len(r.teacher_chunks)),
                                                        torch.tensor(r.teacher_chunks))
-    return teacher, scored, chunk
+            if kind is not None and r.teacher_kind is not None and len(r.teacher_kind) == n:
+                kind[i, :n] = torch.tensor(r.teacher_kind, dtype=torch.long)
+    return teacher, scored, chunk, kind
 
 
 def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, temperature: float,

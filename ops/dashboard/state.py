@@ -5,7 +5,8 @@
          hidden), and the series of `swarm plot`'s six panels — reward and accuracy of its
          own completions (per round and EMA), held-out accuracy ± one standard error (round −1:
          before training), the loss, the KL estimate to the sampler on own and peers' tokens, and
-         own vs peers' groups trained per round
+         own vs peers' groups trained per round; for a distillation student, its teacher, KL and headroom gate
+         (`distill_state`)
   peers  per (node, peer it heard from): the peer's model as its records name it, when its records
          last arrived, groups accepted and trained on, the mean IS weight on peers' rows in the
          rounds that trained on its groups, and its records dropped by reason (`peer_stats` in
@@ -90,6 +91,17 @@ def held_out(rows: list[dict]) -> dict[str, list]:
         out["acc"].append(_num(p))
         out["se"].append(_num(se))
     return out
+
+
+def distill_state(rows: list[dict]) -> dict | None:
+    """A student's distillation as of its latest round that asked or gated: the teacher asked, its KL to it, the
+    headroom gate (node/distill/gate.py: per teacher its state and re-verified score, ours, the margin); None for a
+    node that is no student."""
+    for m in reversed(rows):
+        if "distill_requests" in m:
+            return {"round": m.get("round"), "teacher": m.get("distill_teacher"), "kl": _num(m.get("distill_kl")),
+                    "share_scored": _num(m.get("distill_share_scored")), "gate": m.get("distill_gate")}
+    return None
 
 
 def node_facts(run_dir: Path) -> dict[str, str]:
@@ -196,7 +208,8 @@ class Snapshots:
                           "model": facts.get("model") or (config or {}).get("model", {}).get("spec", ""),
                           "rounds": len(rows), "last_round": rows[-1]["round"] if rows else None,
                           "last_time": rows[-1].get("time") if rows else None,
-                          "series": series(rows), "held_out": held_out(rows), "config": config, "_rows": rows})
+                          "series": series(rows), "held_out": held_out(rows), "config": config,
+                          "distill": distill_state(rows), "_rows": rows})
         names = {n["peer_id"]: n["label"] for n in nodes if n["peer_id"]}
         models = {n["peer_id"]: n["model"] for n in nodes if n["peer_id"]}
         peers = [p for n in nodes for p in peer_rows(n["label"], n.pop("_rows"), names)]

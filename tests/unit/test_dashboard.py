@@ -8,6 +8,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -202,3 +203,26 @@ def test_node_identity_and_the_baseline_reach_prometheus(tmp_path):
                   "tokens_per_s": 10.0})
     assert both.registry.get_sample_value("swarm_eval_accuracy", {"node": "lab-1"}) == 0.45
     assert both.registry.get_sample_value("swarm_eval_accuracy_before", {"node": "lab-1"}) == 0.4
+
+
+def test_a_students_teacher_and_headroom_gate_reach_the_page(tmp_path):
+    """The latest round that asked (or was gated) gives the node's teacher line: the teacher, its KL, and the gate's
+    state with both re-verified scores (node/distill/gate.py); a node that is no student has none."""
+    d = tmp_path / "run" / "lab-0"
+    d.mkdir(parents=True)
+    gate = {"margin": 0.15, "student": 0.41, "student_groups": 8,
+            "teachers": {"QmTeacher": {"state": "open", "groups": 8, "score": 0.62}}}
+    rows = [_row(0, distill_requests=0, distill_teacher=None, distill_kl=0.0, distill_gate={**gate, "teachers": {
+                "QmTeacher": {"state": "measuring", "groups": 3, "score": 0.5}}}),
+            _row(1, distill_requests=4, distill_teacher="QmTeacher", distill_kl=0.42, distill_share_scored=1.0,
+                 distill_gate=gate),
+            _row(2)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (node,) = Snapshots([tmp_path / "run"]).snapshot()["nodes"]
+    assert node["distill"] == {"round": 1, "teacher": "QmTeacher", "kl": 0.42, "share_scored": 1.0, "gate": gate}
+    solo = tmp_path / "solo" / "lab-1"
+    solo.mkdir(parents=True)
+    (solo / "metrics.jsonl").write_text(json.dumps(_row(0)) + "\n")
+    assert Snapshots([tmp_path / "solo"]).snapshot()["nodes"][0]["distill"] is None
+    js = (Path(__file__).resolve().parents[2] / "ops" / "dashboard" / "static" / "dashboard.js").read_text()
+    assert "distillText(n.distill)" in js and "headroom gate" in js  # the node line draws it

@@ -225,18 +225,20 @@ def test_a_late_answer_is_dropped_after_wait_s_and_never_used(tiny_qwen):
 
 
 def test_a_teacher_of_another_tokenizer_gets_token_bytes_after_refusing_ids(tiny_qwen, tiny_llama):
-    """A teacher that refuses our ids (`wrong_tokenizer`) is sent the bytes of each token next time, and scores
-    them through the chunk alignment: one value per student token."""
+    """A teacher that refuses our ids (`wrong_tokenizer`) is sent the bytes of each token at once, within the same
+    wait, and from then on; it scores them through the chunk alignment: one value per student token."""
     teacher = Teacher(tiny_llama.model, tiny_llama.tokenizer, tiny_llama.fingerprint, threading.RLock())
     service = ScoreService(teacher, SWARM, ScoreBudget(1e6, 10.0, 0.5), caps=ScoreCaps(), max_tokens=4096)
     hub = InMemoryHub()
     _link(hub, "teacher").serve(service.answer)
     student = _student(tiny_qwen, _link(hub, "student"))
     first = _group(tiny_qwen.tokenizer)
-    assert student.collect(student.ask(0, [first], [PROMPT]))["distill_drops"] == {"refused:wrong_tokenizer": 1}
+    metrics = student.collect(student.ask(0, [first], [PROMPT]))
+    assert metrics["distill_retried"] == metrics["distill_answers"] == 1 and not metrics["distill_drops"], metrics
+    assert [len(x) for x in first.teacher_logps] == [len(c.token_ids) for c in first.completions]
     second = _group(tiny_qwen.tokenizer)
     metrics = student.collect(student.ask(1, [second], [PROMPT]))
-    assert metrics["distill_answers"] == 1, metrics
+    assert metrics["distill_answers"] == 1 and metrics["distill_retried"] == 0, metrics
     assert [len(x) for x in second.teacher_logps] == [len(c.token_ids) for c in second.completions]
     assert [sum(x) for x in second.teacher_chunks] == [len(c.token_ids) for c in second.completions]
 

@@ -147,13 +147,25 @@ function drawPeers(peers, now) {
   window.dashboard.peers = peers.length;
 }
 
+function distillText(d) {  // a student's teacher and headroom gate (ops/dashboard/state.py distill_state)
+  if (!d) return "";
+  const fmt = x => (x === null || x === undefined) ? "–" : Number(x).toFixed(3);
+  let out = ` · teacher ${d.teacher || "none asked"} (round ${d.round}, KL ${fmt(d.kl)})`;
+  if (d.gate) {
+    const gates = Object.entries(d.gate.teachers || {}).map(([t, g]) =>
+      `${t.slice(0, 12)} ${g.state} ${fmt(g.score)} (${g.groups} groups)`);
+    out += ` · headroom gate: ours ${fmt(d.gate.student)}, margin ${fmt(d.gate.margin)}; ${gates.join("; ")}`;
+  }
+  return out;
+}
+
 function drawNodes(nodes) {
   const box = document.getElementById("nodes");
   const open = new Set([...box.querySelectorAll("details[open]")].map(d => d.dataset.node));
   box.replaceChildren(...nodes.map((n, k) => {
     const summary = el("summary", {}, el("span", {class: "swatch", color: COLORS[k % COLORS.length]}),
       `${n.label} · model ${n.model || "–"} · peer ${n.peer_id ? n.peer_id.slice(0, 12) + "…" : "– (no swarm)"} · ` +
-      `${n.rounds} rounds · ${n.dir}`);
+      `${n.rounds} rounds · ${n.dir}` + distillText(n.distill));
     const d = el("details", {"data-node": n.label}, summary,
                  el("pre", {}, n.config ? JSON.stringify(n.config, null, 2) : "(no config.json in this run dir)"));
     if (open.has(n.label)) d.open = true;
