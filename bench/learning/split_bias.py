@@ -196,6 +196,35 @@ def dynamic(pairing: str, tdir: str, seeds: list[int], rounds: int, signals: lis
              "off_split": r["distill_off_split"], "kl": r["distill_kl"]} for r in runs]
 
 
+def paired(base: str, new: str) -> dict:
+    """The OPD runs of bench/results/learning/NEW.jsonl against BASE.jsonl's (bench.learning.teacher), paired by
+    pairing and seed: held-out gain, and the mean off-split share over each run's scored rounds, NEW − BASE, with 95 %
+    t-intervals (docs/BENCHMARKS.md §12F, the rule written before the runs)."""
+    from bench.harness.output import load_jsonl
+    from bench.harness.stats import interval
+
+    def runs(name: str) -> dict:
+        return {(r["pairing"], r["seed"], r["rounds"]): r for r in load_jsonl(RESULTS / f"{name}.jsonl") if r["arm"] == "OPD"}
+
+    def off(r: dict) -> float | None:
+        xs = [x for x in r.get("distill_off_split") or [] if x is not None]
+        return statistics.fmean(xs) if xs else None
+
+    a, b = runs(base), runs(new)
+    keys = sorted(set(a) & set(b))
+    out = {"base": base, "new": new, "seeds": [k[1] for k in keys], "per_seed": []}
+    for key in keys:
+        out["per_seed"].append({"pairing": key[0], "seed": key[1], "rounds": key[2], "gain": b[key]["gain"] - a[key]["gain"],
+                                "off_split": None if off(b[key]) is None or off(a[key]) is None else off(b[key]) - off(a[key]),
+                                "off_split_base": off(a[key]), "off_split_new": off(b[key])})
+    for what in ("gain", "off_split"):
+        d = [r[what] for r in out["per_seed"] if r[what] is not None]
+        if len(d) >= 2:
+            m, h = interval(d)
+            out[what] = {"mean": m, "ci": h, "seeds": len(d), "positive": sum(x > 0 for x in d)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     from bench.harness.teachers import PAIRINGS, TEACHER_ROUNDS, teacher_dir
 
@@ -213,7 +242,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--signals", nargs="+", default=["chunk"], choices=["chunk", "dpca", "exact"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--paired", nargs=2, metavar=("BASE", "NEW"),
+                    help="instead: NEW's OPD runs (bench.learning.teacher --name NEW) against BASE's, paired by seed")
     args = ap.parse_args(argv)
+    if args.paired:
+        out = paired(*args.paired)
+        for what in ("gain", "off_split"):
+            if what in out:
+                s = out[what]
+                print(f"{out['new']} − {out['base']}, {what}: {s['mean']:+.4f} ± {s['ci']:.4f} "
+                      f"({s['positive']}/{s['seeds']} seeds > 0)")
+        print(f"wrote {write_json(args.name, out, RESULTS)}")
+        return
     if args.dynamic:
         tdir = str(teacher_dir(PAIRINGS[args.pairings[0]][1], args.teacher_rounds))
         out = dynamic(args.pairings[0], tdir, args.seeds, args.dynamic, args.signals, args.jobs)
