@@ -157,7 +157,8 @@ class Student:
     def _kinds(self, chunks: list[int], completion) -> tuple[list[int], bool]:
         """(each token's kind for losses.distill on the byte path: TEXT, EOS for our final EOS when it is a chunk of its
         own (the teacher's end against ours), OFF_SPLIT for the tokens where our sampled split of the text is not our
-        tokenizer's own tokenization of it; whether there are any of the last)."""
+        tokenizer's own tokenization of it — every text token from the first that differs to the last, the common
+        prefix and suffix of the two token sequences left TEXT; whether there are any of the last)."""
         ids = [int(t) for t in completion.token_ids]
         kinds = [TEXT] * len(ids)
         if ids and chunks and chunks[-1] == 1 and ids[-1] in self.special_ids:
