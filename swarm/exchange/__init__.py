@@ -4,7 +4,8 @@ the two transports and the streams under the real one.
   transport  the Transport interface the node calls (with its side channels: weights, score link, averager), and
              InboxFront: the calls answered from the Inbox
   receive    the receive rules as pure functions: limits, vetting, opening a bundle
-  inbox      the receiver's book: candidates, fan-in with per-peer shares, standing, delivery
+  inbox      the receiver's book: candidates, standing, delivery
+  fanin      its fan-in choice: which candidates are fetched, with per-peer shares and the newcomers' reserve
   pending    decoded records waiting for the next round, bounded in bytes
   standing   per-peer standing: whom a round waits for, whose bundles come first, who is backed off
   polling    which DHT keys each poll reads, and how often a crowded one is read

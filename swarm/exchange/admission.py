@@ -5,7 +5,10 @@ stream before it reads a byte of it, in a pool of its own libp2p protocol (never
 whatever the handlers are called): at most `per_peer` at once from one peer, at most `total` at
 once from everyone, of which peers not in good standing (swarm.exchange.standing) hold at most half — so
 however many identities open streams, the peers whose bundles this node uses keep half the
-handler. A stream not admitted is closed at once and counted (`refused`). Serving adds a book of
+handler. A stream not admitted is closed at once and counted (`refused`) — a bundle stream after a busy answer
+(swarm.net.wire.answer_busy: its request read, `busy` with a retry_after written, each within 2 s; at most
+MAX_REFUSING being answered at once): the receiver tries again later and does not count the publisher failed.
+Serving adds a book of
 what each requester fetched: one requester is served the same bundle at most `repeats` times
 within max_age_s (a receiver fetches a bundle once; a digest is public, and re-fetching it without
 end is how a peer would spend a publisher's upload). Bounded: at most `max_requesters` requesters are
@@ -22,6 +25,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 MAX_BUNDLES_PER_REQUESTER = 256  # bundles remembered per requester (the oldest forgotten first)
 TOTAL_STREAMS = 32  # streams of one handler at once, in all (half of them for peers not in good standing)
+MAX_REFUSING = 64  # refused streams of one handler being answered (busy) at once; past it, closed unread
 
 
 class Admission:
@@ -32,6 +36,7 @@ class Admission:
         self._open: Counter = Counter()  # peer → streams in flight
         self._strangers = 0  # of which from peers not in good standing
         self.refused: Counter = Counter()  # why streams were refused: per_peer / total / strangers
+        self.refusing = 0  # refused streams being answered now (StreamGuards.admitted's `refuse`)
 
     def _why_not(self, peer: str, stranger: bool) -> str | None:
         if self._open[peer] >= self.per_peer:
@@ -91,30 +96,36 @@ class ServedBook:
         return ok
 
 
+PULLS_PER_PEER = 1  # pulls of one publisher in flight at once: one below what it admits (Admission.per_peer, 2)
+
+
 class DownloadSlots:
     """Bundle downloads in flight, pulled and pushed together: at most `n`, of which peers not in good standing
     hold at most half, and one peer at most `per_peer` — the streams a publisher admits from one requester
-    (Admission), so a pull never opens a stream its publisher would refuse (counted `fetch_failed`, and the
-    publisher backed off). A pushed bundle waits for a slot at most a few seconds (the pusher's stream is open
-    meanwhile) and is declined at once when the pusher already holds `per_peer`; a pull we chose waits as long as
-    it takes, for the peer's own slots too. Runs on the transport's event loop."""
+    (Admission). Pulls of one publisher are kept to `pulls` (PULLS_PER_PEER) at once, one below what it admits:
+    a stream we have closed may still hold its admission for a moment (its handler has not returned yet on a
+    loaded machine), and the next pull must not be the one it refuses (docs/PROTOCOL.md §6.5). A pushed bundle
+    waits for a slot at most a few seconds (the pusher's stream is open meanwhile) and is declined at once when the
+    pusher already holds `per_peer`; a pull we chose waits as long as it takes, for the peer's own slot too. Runs on
+    the transport's event loop."""
 
-    def __init__(self, n: int, is_good: Callable[[str], bool], per_peer: int = 2):
+    def __init__(self, n: int, is_good: Callable[[str], bool], per_peer: int = 2, pulls: int = PULLS_PER_PEER):
         self._all = asyncio.Semaphore(n)
         self._strangers = asyncio.Semaphore(max(1, n // 2))
-        self.per_peer, self.is_good = per_peer, is_good
+        self.per_peer, self.pulls, self.is_good = per_peer, max(1, min(pulls, per_peer)), is_good
         self._by_peer: Counter = Counter()  # slots each peer holds or has reserved
         self._freed = asyncio.Condition()  # a peer's slot was given back
 
     @asynccontextmanager
     async def hold(self, peer: str, wait_s: float | None = None) -> AsyncIterator[bool]:
-        """`async with slots.hold(peer, wait_s) as ok:` — ok False: no slot within wait_s (nothing is held)."""
+        """`async with slots.hold(peer, wait_s) as ok:` — ok False: no slot within wait_s (nothing is held).
+        wait_s None: a pull (waits for the peer's pull slot, then for a shared one); else a push."""
         if wait_s is not None and self._by_peer[peer] >= self.per_peer:
             yield False
             return
         if wait_s is None:
             async with self._freed:
-                await self._freed.wait_for(lambda: self._by_peer[peer] < self.per_peer)
+                await self._freed.wait_for(lambda: self._by_peer[peer] < self.pulls)
         self._by_peer[peer] += 1  # reserved at once: no other pull of this peer passes the check meanwhile
         stranger = not self.is_good(peer)
         held: list[asyncio.Semaphore] = []
@@ -147,10 +158,13 @@ class StreamGuards:
         self.admissions: dict[str, Admission] = {}  # libp2p protocol id → its admission
 
     def admitted(self, protocol: str, handler: Callable[..., Awaitable[None]],
-                 is_good: Callable[[str], bool] | None = None) -> Callable[..., Awaitable[None]]:
+                 is_good: Callable[[str], bool] | None = None,
+                 refuse: Callable[..., Awaitable[None]] | None = None) -> Callable[..., Awaitable[None]]:
         """`handler(info, reader, writer)` behind the Admission of its libp2p `protocol` (one pool per protocol, never
-        shared with another's): a stream not admitted is closed unread. `is_good`: who counts as in good standing for
-        this protocol (default: the exchange's standing)."""
+        shared with another's): a stream not admitted is closed — answered by `refuse(reader, writer)` first when
+        given (the bundle stream's busy answer; at most MAX_REFUSING such answers of one protocol at once, past them
+        closed unread), else at once. `is_good`: who counts as in good standing for this protocol (default: the
+        exchange's standing)."""
         admission = self.admissions.get(protocol)
         if admission is None:
             admission = self.admissions[protocol] = Admission(per_peer=self.per_peer, total=self.total,
@@ -158,10 +172,17 @@ class StreamGuards:
 
         async def guarded(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with admission.admit(info.peer_id.to_base58()) as ok:
-                if not ok:
-                    writer.close()
+                if ok:
+                    await handler(info, reader, writer)
                     return
-                await handler(info, reader, writer)
+            if refuse is None or admission.refusing >= MAX_REFUSING:
+                writer.close()
+                return
+            admission.refusing += 1
+            try:
+                await refuse(reader, writer)
+            finally:
+                admission.refusing -= 1
         return guarded
 
     def refused(self) -> Counter:

@@ -2,7 +2,8 @@
 each behind its admission (swarm.exchange.admission), so no peer, and no number of identities, can hold a handler.
 
     bundle   the request is served if we publish that bundle and the requester had it at most once before
-             (`declined` otherwise)
+             (`declined` otherwise); a stream the admission has no room for is answered `busy` (retry after
+             swarm.net.wire.BUSY_RETRY_S), never closed unread
     notify   the announcement is vetted like a DHT value; a new candidate runs the fan-in choice at once
              (never a DHT read: a push costs the swarm nothing)
     push     a bundle offered with its bytes by a peer that cannot be dialled (swarm.exchange.push)
@@ -27,16 +28,18 @@ class StreamHandlers:
 
     async def _add_handlers(self) -> None:
         self._guards = StreamGuards(self.inbox.is_good, max_age_s=self.cfg.max_age_s)
-        for name, handler in ((wire.HANDLER_NAME, self._handle_stream), (wire.NOTIFY_NAME, self._handle_notify),
-                              (wire.PUSH_NAME, self._handle_push), (wire.INFO_NAME, self._handle_info)):
+        await self._p2p.add_binary_stream_handler(
+            wire.HANDLER_NAME, self.admitted(wire.HANDLER_NAME, self._handle_stream, refuse=wire.answer_busy))
+        for name, handler in ((wire.NOTIFY_NAME, self._handle_notify), (wire.PUSH_NAME, self._handle_push),
+                              (wire.INFO_NAME, self._handle_info)):
             await self._p2p.add_binary_stream_handler(name, self.admitted(name, handler))
 
-    def admitted(self, protocol: str, handler, is_good=None):
+    def admitted(self, protocol: str, handler, is_good=None, refuse=None):
         """`handler` (a stream handler) behind the admission of its libp2p `protocol`: streams beyond the per-peer
-        and total bounds are closed before a byte is read (swarm.exchange.admission; extensions:
-        swarm.weights.hivemind, swarm.exchange.scoring). `is_good`: who is in good standing for it (default the
-        exchange's standing)."""
-        return self._guards.admitted(protocol, handler, is_good)
+        and total bounds are closed before a byte is read, by `refuse(writer)` when given (swarm.exchange.admission;
+        extensions: swarm.weights.hivemind, swarm.exchange.scoring). `is_good`: who is in good standing for it
+        (default the exchange's standing)."""
+        return self._guards.admitted(protocol, handler, is_good, refuse)
 
     def served_to(self, requester: str, sha256: str) -> bool:
         """Whether to serve `requester` the bundle `sha256` now (it had it at most once before: swarm.exchange.admission)."""

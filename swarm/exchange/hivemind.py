@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import random
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -59,7 +60,7 @@ from swarm.config import SwarmConfig
 from swarm.dht.expiry import Expirations
 from swarm.dht.peer import start_swarm_dht
 from swarm.exchange.admission import DownloadSlots
-from swarm.exchange.fetch import fetch_announced
+from swarm.exchange.fetch import BUSY_TRIES, fetch_announced
 from swarm.exchange.gossip import GossipAnnouncements, GossipReport, start_gossip
 from swarm.exchange.handlers import StreamHandlers
 from swarm.exchange.loop import cancel_all_but_me, quiet_late_streams
@@ -96,6 +97,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
         self.publish_failures = 0  # announcements no DHT node accepted (logged each time)
         self.addrs = ""  # our dial hint in every announcement (protocols.addrs); "" in client mode
         self.fetch_errors = FetchErrors()  # peer → why its last fetch failed (`swarm doctor`)
+        self.busy_answers = 0  # fetches a busy publisher asked us to try again later (and we did)
         self.pusher = Pusher(push_peers=cfg.push_peers, timeout_s=cfg.fetch_timeout_s) if cfg.client_mode else None
         self.gossip: GossipAnnouncements | None = None  # with cfg.gossip (swarm.exchange.gossip)
         self.gossip_fallback: str | None = None  # why gossip is on but not running (DHT alone then)
@@ -383,13 +385,21 @@ class HivemindTransport(StreamHandlers, InboxFront):
             self._spawn(self._fetch(ann))
 
     async def _fetch(self, ann: Announcement) -> None:
-        # peers not in good standing share half the download slots, so they cannot hold every one (swarm.exchange.admission)
+        # peers not in good standing share half the download slots, so they cannot hold every one, and one pull of a
+        # peer at a time (swarm.exchange.admission); a busy publisher is asked again after its retry_after, 1–2×
+        # (receivers spread out), at most BUSY_TRIES times in all, the slot kept meanwhile (so this pull goes before
+        # the peer's next ones), and it is never counted failed for it
         async with self._slots.hold(ann.peer):
-            data, reason, error = await fetch_announced(self._p2p, ann, swarm_id=self.cfg.swarm_id,
-                                                        timeout_s=self.cfg.fetch_timeout_s, policy=self.dials)
-        if data is None:
+            for attempt in range(BUSY_TRIES):
+                data, reason, error, retry_s = await fetch_announced(
+                    self._p2p, ann, swarm_id=self.cfg.swarm_id, timeout_s=self.cfg.fetch_timeout_s, policy=self.dials)
+                if reason != "busy" or attempt == BUSY_TRIES - 1:
+                    break
+                self.busy_answers += 1
+                await asyncio.sleep(retry_s * random.uniform(1.0, 2.0))
+        if data is None and reason != "busy":
             self.fetch_errors.failed(ann.peer, error)
-        else:
+        elif data is not None:
             self.fetch_errors.succeeded(ann.peer)
         try:  # decoding is CPU work: off the loop, so serving and polling go on meanwhile
             await asyncio.get_running_loop().run_in_executor(

@@ -11,10 +11,15 @@ takes the sender's identity from the authenticated stream, never from the frame.
 that cannot be dialled (client mode) offers a bundle over ``PUSH_NAME``: the announcement frame,
 the receiver's header (``ok``: send it now, ``declined``: not now), then the data frames.
 
+``busy`` (docs/PROTOCOL.md §6.1): a publisher whose admission has no room for a bundle stream
+(swarm.exchange.admission) answers it with a header of status ``busy`` and ``retry_after`` seconds
+before it closes it, instead of closing it unread; the receiver tries again later and does not count
+the publisher failed. A receiver of an older version reads it as any status other than ``ok``.
+
     frame    = u32 big-endian length ‖ payload
     request  = msgpack {"v": 2, "swarm": str, "sha256": str (64 hex)}                  ≤ 4 KiB
-    header   = msgpack {"v": 2, "status": "ok" | "not_found" | "bad_request" | "declined", "nbytes": int,
-                        "sha256": str}                                                ≤ 4 KiB
+    header   = msgpack {"v": 2, "status": "ok" | "not_found" | "bad_request" | "declined" | "busy", "nbytes": int,
+                        "sha256": str, "retry_after": float (busy only)}              ≤ 4 KiB
     data     = 1..MAX_CHUNK bytes each, until Σ len = nbytes
     notify   = the announcement's msgpack bytes (the DHT value), one frame           ≤ 1 KiB
     push     = notify frame → header ← data frames → (only after "ok")
@@ -44,15 +49,20 @@ WIRE_VERSION = 2
 MAX_ANNOUNCEMENT = 1024  # an announcement is at most 1 KiB (protocols.codec.decode_announcement)
 MAX_CHUNK = 1 << 20  # one data frame; well under hivemind's 4 MiB message cap
 MAX_CONTROL = 4096  # request and header frames
+BUSY = "busy"  # a publisher's answer to a bundle stream its admission has no room for
+BUSY_RETRY_S = 1.0  # the retry_after a publisher names in a busy answer
+RETRY_RANGE_S = (0.1, 10.0)  # a receiver bounds the retry_after it is told to this
+BUSY_WAIT_S = 2.0  # a busy answer waits this long at most for the request, and as long to write the answer
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class FetchError(Exception):
     """A bundle could not be fetched; ``reason`` is the drop-counter label."""
 
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: str, detail: str = "", retry_after_s: float | None = None):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.retry_after_s = retry_after_s  # a busy answer's retry_after, bounded to RETRY_RANGE_S (else None)
 
 
 async def write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
@@ -89,11 +99,14 @@ def decode_request(data: bytes) -> tuple[str, str]:
     return obj["swarm"], obj["sha256"]
 
 
-def encode_header(status: str, nbytes: int = 0, sha256: str = "") -> bytes:
-    return msgpack.packb({"v": WIRE_VERSION, "status": status, "nbytes": nbytes, "sha256": sha256})
+def encode_header(status: str, nbytes: int = 0, sha256: str = "", retry_after_s: float | None = None) -> bytes:
+    header = {"v": WIRE_VERSION, "status": status, "nbytes": nbytes, "sha256": sha256}
+    if retry_after_s is not None:
+        header["retry_after"] = float(retry_after_s)
+    return msgpack.packb(header)
 
 
-def decode_header(data: bytes) -> tuple[str, int, str]:
+def _header(data: bytes) -> dict:
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:
@@ -101,7 +114,34 @@ def decode_header(data: bytes) -> tuple[str, int, str]:
     if not (isinstance(obj, dict) and obj.get("v") == WIRE_VERSION and isinstance(obj.get("status"), str)
             and type(obj.get("nbytes")) is int and isinstance(obj.get("sha256"), str)):
         raise FetchError("bad_header", f"malformed header {obj!r:.200}")
+    return obj
+
+
+def decode_header(data: bytes) -> tuple[str, int, str]:
+    obj = _header(data)
     return obj["status"], obj["nbytes"], obj["sha256"]
+
+
+def retry_after(obj: dict) -> float:
+    """A busy header's `retry_after`, bounded to RETRY_RANGE_S (BUSY_RETRY_S when absent or not a number)."""
+    t = obj.get("retry_after")
+    if type(t) not in (int, float) or t != t:  # absent, another type, or NaN
+        t = BUSY_RETRY_S
+    return min(max(float(t), RETRY_RANGE_S[0]), RETRY_RANGE_S[1])
+
+
+async def answer_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      retry_after_s: float = BUSY_RETRY_S, wait_s: float = BUSY_WAIT_S) -> None:
+    """Answer a bundle stream the admission has no room for: read its request (closing a stream with the request
+    unread resets it, and the answer was lost over real p2pd), write a busy header, close. Each step bounded by
+    wait_s; whatever fails, the stream is closed."""
+    try:
+        await asyncio.wait_for(read_frame(reader, MAX_CONTROL, "bad_request"), wait_s)
+        await asyncio.wait_for(write_frame(writer, encode_header(BUSY, retry_after_s=retry_after_s)), wait_s)
+    except (asyncio.TimeoutError, ConnectionError, FetchError):
+        pass
+    finally:
+        writer.close()
 
 
 log = logging.getLogger(__name__)
@@ -150,11 +190,17 @@ async def fetch_bundle(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
                        swarm: str, sha256: str, nbytes: int) -> bytes:
     """Request the bundle announced as (sha256, nbytes) and return its verified bytes.
 
-    Raises FetchError with reason not_served | size_mismatch | digest_mismatch | bad_header |
-    bad_frame | stream_closed. ``nbytes`` must already be within the receiver's caps.
+    Raises FetchError with reason busy (with its retry_after_s) | not_served | size_mismatch | digest_mismatch |
+    bad_header | bad_frame | stream_closed. ``nbytes`` must already be within the receiver's caps.
     """
-    await write_frame(writer, encode_request(swarm, sha256))
-    status, got_nbytes, got_sha = decode_header(await read_frame(reader, MAX_CONTROL, "bad_header"))
+    try:
+        await write_frame(writer, encode_request(swarm, sha256))
+    except ConnectionError:  # a publisher that answered busy without reading may have closed the stream already:
+        pass  # its answer is in our buffer (nothing there: the read below fails as stream_closed)
+    header = _header(await read_frame(reader, MAX_CONTROL, "bad_header"))
+    status, got_nbytes, got_sha = header["status"], header["nbytes"], header["sha256"]
+    if status == BUSY:
+        raise FetchError(BUSY, "publisher busy", retry_after_s=retry_after(header))
     if status != "ok":
         raise FetchError("not_served", f"publisher answered {status!r}")
     if got_nbytes != nbytes:

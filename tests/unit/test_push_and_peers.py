@@ -178,3 +178,20 @@ def test_nat_options_reach_hivemind():
         SwarmConfig(enabled=True, client_mode=True)
     with pytest.raises(ValueError, match="exclude each other"):
         SwarmConfig(client_mode=True, use_auto_relay=True)
+
+
+def test_a_publisher_that_answered_busy_is_counted_and_not_backed_off():
+    """A pull the publisher answered `busy` to every try (docs/PROTOCOL.md §6.1) is dropped as `busy`; the publisher
+    is not backed off, so its next announcement is a candidate (a `fetch_failed` backs it off: the control)."""
+    for reason, backed_off in (("busy", False), ("fetch_failed", True)):
+        inbox = Inbox(Limits(), clock=lambda: T0 + 1)
+        _, value, ann = _bundle("peerA", 0, now=T0)
+        assert inbox.offer(value, "peerA", now=T0 + 1)
+        assert inbox.choose(T0 + 1) == [ann]
+        inbox.settle_fetched(ann, None, "rlswarm", reason)
+        _, value2, ann2 = _bundle("peerA", 1, now=T0 + 1)
+        took = inbox.offer(value2, "peerA", now=T0 + 1)
+        got = inbox.take(0, 0)
+        assert got.drops[reason] == 1
+        assert took is (not backed_off) and (got.drops["backoff"] == 1) is backed_off, (reason, got.drops)
+        assert ("peerA" in got.backed_off) is backed_off

@@ -10,9 +10,13 @@ import msgpack
 import pytest
 
 from swarm.net.wire import (
+    BUSY,
+    BUSY_RETRY_S,
     MAX_CHUNK,
     MAX_CONTROL,
     FetchError,
+    answer_busy,
+    decode_header,
     decode_request,
     encode_header,
     encode_request,
@@ -152,3 +156,65 @@ def test_garbage_request_gets_bad_request_header():
     status = _run(lambda: serve_bundle(_reader(_frames(b"\xc1")), w, lambda *a: b"never"))
     assert status == "bad_request"
     assert msgpack.unpackb(bytes(w.data[4:]))["status"] == "bad_request"
+
+
+class _ClosingWriter(_Writer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_busy_answer_is_a_header_with_a_bounded_retry_after():
+    w = _ClosingWriter()
+    _run(lambda: answer_busy(_reader(_frames(encode_request("s", SHA_A)), eof=False), w, 1.5))  # what a publisher
+    assert w.closed  # writes on a bundle stream its admission has no room for, after reading the request
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: fetch_bundle(_reader(bytes(w.data)), _Writer(), swarm="s", sha256=SHA_A, nbytes=4))
+    assert exc.value.reason == BUSY and exc.value.retry_after_s == 1.5
+    # what a publisher names is bounded by the receiver: never below 0.1 s, never above 10 s, a default when absent
+    for told, bounded in [(0.0, 0.1), (-5, 0.1), (1e9, 10.0), (float("nan"), BUSY_RETRY_S), (None, BUSY_RETRY_S),
+                          ("soon", BUSY_RETRY_S), (3, 3.0)]:
+        header = msgpack.packb({"v": 2, "status": "busy", "nbytes": 0, "sha256": "", "retry_after": told})
+        with pytest.raises(FetchError) as exc:
+            _run(lambda: fetch_bundle(_reader(_frames(header)), _Writer(), swarm="s", sha256=SHA_A, nbytes=4))
+        assert exc.value.reason == BUSY and exc.value.retry_after_s == bounded, told
+
+
+def test_a_receiver_that_does_not_know_busy_reads_it_as_a_refusal():
+    """Interop: the busy header is a version-2 header with one key more, which an older receiver's header check
+    accepts (it reads v, status, nbytes, sha256 and ignores other keys) and treats as any status but ok."""
+    w = _ClosingWriter()
+    _run(lambda: answer_busy(_reader(_frames(encode_request("s", SHA_A))), w))
+    payload = bytes(w.data[4:])
+    assert decode_header(payload) == ("busy", 0, "")
+    obj = msgpack.unpackb(payload)
+    old_check = (isinstance(obj, dict) and obj.get("v") == 2 and isinstance(obj.get("status"), str)
+                 and type(obj.get("nbytes")) is int and isinstance(obj.get("sha256"), str))  # the version-2 rule
+    assert old_check and obj["status"] != "ok"
+
+
+class _LostWriter(_Writer):
+    async def drain(self) -> None:
+        raise ConnectionResetError("Connection lost")
+
+
+def test_a_busy_answer_is_read_even_when_the_publisher_closed_before_our_request_went_out():
+    """Seen over real p2pd (tests/integration/test_busy_answer.py): the publisher answers busy and closes without
+    reading, our request's write fails with `Connection lost`, and the answer is already in our buffer."""
+    w = _ClosingWriter()
+    _run(lambda: answer_busy(_reader(_frames(encode_request("s", SHA_A))), w, 2.0))
+    with pytest.raises(FetchError) as exc:
+        _run(lambda: fetch_bundle(_reader(bytes(w.data)), _LostWriter(), swarm="s", sha256=SHA_A, nbytes=4))
+    assert exc.value.reason == BUSY and exc.value.retry_after_s == 2.0
+    with pytest.raises(FetchError) as exc:  # nothing in the buffer: a short stream, as before
+        _run(lambda: fetch_bundle(_reader(b""), _LostWriter(), swarm="s", sha256=SHA_A, nbytes=4))
+    assert exc.value.reason == "stream_closed"
+
+
+def test_a_busy_answer_waits_for_the_request_a_bounded_time_and_always_closes():
+    w = _ClosingWriter()
+    _run(lambda: answer_busy(_reader(b"", eof=False), w, wait_s=0.05))  # a requester that never writes
+    assert w.closed and w.data == bytearray()
