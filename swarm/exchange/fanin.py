@@ -1,9 +1,30 @@
 """The fan-in choice of the receiver's book (docs/PROTOCOL.md §7.1): which candidates are fetched, and when.
 
 A mixin of swarm.exchange.inbox.Inbox (its candidates, fetch log, quotas, standing, lock and rng): `choose` picks
-what to fetch now within `max_fetches_per_window` per window of wall time, peers in good standing first (fewest
-fetches within max_age_s first), then the others within their share and the newcomers' reserve; `_reserve` books one
-fetch against the budget and the peer's window quota (also for a pushed bundle, Inbox.claim).
+what to fetch now within `max_fetches_per_window` per window of wall time, peers in good standing first, then the
+others within their share and the newcomers' reserve; `_reserve` books one fetch against the budget and the peer's
+window quota (also for a pushed bundle, Inbox.claim).
+
+Fresh first: within each class a peer whose newest candidate is *fresh* — younger than FRESH_PACES pace intervals
+of window_s / budget (1.25 s with the defaults: `fresh_limit`) — goes before every peer whose candidates are older,
+and among the fresh ones fairness orders them (fewest fetches within max_age_s first, then the youngest, then at
+random). A candidate's age counts from the earlier of its `created_at` and the moment it reached us, so one dated
+ahead of our clock is no fresher than one that has just arrived, and an old one read late from the DHT is not fresh.
+The choice runs when an announcement arrives (a push, a gossiped message, a DHT read), so a fresh bundle is chosen
+as it arrives while the budget has room, not when its peer's turn among all the peers comes round: with ≈ N
+candidates a window and a budget of 16, that turn came every N / 16 windows (docs/BENCHMARKS.md §16 point 3).
+
+Fresh first alone is not fair when the budget binds: a slot frees one window after its fetch, so a busy receiver's
+choices come back at the moments of its first ones, and only the peers whose announcements arrive just before those
+moments are ever fresh when a slot frees (a scratch run saw 285 of 400 peers never fetched in two minutes: the first
+16 arrivals took the budget within 0.6 s, and every window after freed it in the same 0.6 s). So while more new
+candidates arrive in a window than the budget fetches (`_oversubscribed`), fresh fetches are paced at the budget's
+own rate, FRESH_BURST at once at most (a swarm.bucket.TokenBucket), and while a fresh candidate waits for the pace
+no older one takes its room: the choices spread over the window, every moment of it is within
+the fresh age of one of them, and fairness among the fresh ones rotates the peers (tests/unit/test_fresh_first.py).
+A swarm whose announcements the budget can take is not paced: each is chosen as it arrives. Older candidates are
+never paced, and when none is fresh the order is exactly the fair one it was before, with the same draws of the rng:
+the deterministic twin, whose every candidate is a round old, chooses as before.
 """
 
 from __future__ import annotations
@@ -12,7 +33,17 @@ import math
 from collections import Counter
 
 from protocols.records import Announcement
+from swarm.bucket import TokenBucket
 from swarm.exchange.standing import GOOD
+
+FRESH_PACES = 2.0  # a candidate younger than this many pace intervals (window_s / budget) is fresh
+FRESH_BURST = 2  # fresh fetches started at once, at most, beyond the pace
+
+
+def fresh_limit(limits) -> float:
+    """The age below which a candidate is fresh: FRESH_PACES × window_s / max_fetches_per_window (1.25 s with the
+    defaults)."""
+    return FRESH_PACES * limits.window_s / max(1, limits.max_fetches_per_window)
 
 
 class FanIn:
@@ -20,27 +51,37 @@ class FanIn:
 
     def choose(self, now: float) -> list[Announcement]:
         """Candidates to fetch now: at most max_fetches_per_window started per window_s of wall time; peers in
-        good standing first (fewest fetches within max_age_s first, ties at random), then the others (best
-        score first) within their share, which includes a small reserve (module docstring); each peer's
-        newest first. Chosen ones leave the candidates."""
+        good standing first (fresh first, then fewest fetches within max_age_s first, then the youngest fresh one,
+        ties at random), then the others (fresh first, then best score first) within their share, which includes a
+        small reserve; fresh ones at the pace (module docstring); each peer's newest first. Chosen ones leave the
+        candidates."""
         with self.cond:
             self._expire(now)
             counts = Counter(p for _, p, _ in self._fetch_log)  # fairness: fetches per peer within max_age_s
             in_window = self._in_window(now)  # shares: fetches per peer in the window of wall time ending now
             room, stranger_room = self._room(now)
+            pace, paced = self._fresh_pace(now), self._oversubscribed(now)
             reserve = max(1, self.limits.max_fetches_per_window // 8) - sum(
                 s for t, _, s in self._fetch_log if t > now - self.limits.window_s)  # still owed to newcomers
             state = {p: self.standing.state(p, now) for p in self._candidates}
             share, stranger_share = self._shares(now)
+            stale, age = self._stale_by(now)
             chosen = []
             while room > 0 and self._candidates:
                 good = [p for p in self._candidates if state[p] == GOOD and in_window[p] < share]
                 others = [p for p in self._candidates if state[p] != GOOD and in_window[p] < stranger_share]
+                fresh = {p for p in good + (others if stranger_room > 0 else []) if not stale(p)} if paced else set()
+                if fresh:  # while a fresh candidate waits, only fresh ones are chosen, as the pace allows
+                    if pace.refill(now) < 1:
+                        break
+                    good, others = [p for p in good if p in fresh], [p for p in others if p in fresh]
                 newcomers = bool(others) and stranger_room > 0
                 if good and not (newcomers and reserve > 0):
-                    peer, stranger = min(good, key=lambda p: (counts[p], self.rng.random())), False
+                    peer = min(good, key=lambda p: (stale(p), counts[p], age(p), self.rng.random()))
+                    stranger = False
                 elif newcomers:
-                    peer = min(others, key=lambda p: (-self.standing.score(p, now), counts[p], self.rng.random()))
+                    peer = min(others, key=lambda p: (stale(p), -self.standing.score(p, now), counts[p], age(p),
+                                                      self.rng.random()))
                     stranger = True
                 else:
                     break
@@ -50,11 +91,28 @@ class FanIn:
                 if self._reserve(ann, now, stranger):
                     counts[peer] += 1
                     in_window[peer] += 1
+                    if fresh:
+                        pace.take(1, now)
                     room -= 1
                     stranger_room -= stranger
                     reserve -= stranger
                     chosen.append(ann)
             return chosen
+
+    def _stale_by(self, now: float):
+        """(`stale(peer)`, `age(peer)`): whether the peer's newest candidate is older than the fresh limit, and its
+        age if it is not (0 if it is: older candidates are ordered as before, by fairness alone) (module docstring;
+        caller holds the lock)."""
+        limit = fresh_limit(self.limits)
+
+        def age_of(peer: str) -> float:
+            ann = self._candidates[peer][0]
+            return now - min(ann.created_at, self._heard.get((peer, ann.sha256), now))
+
+        def age(peer: str) -> float:
+            a = age_of(peer)
+            return a if a <= limit else 0.0
+        return (lambda peer: age_of(peer) > limit), age
 
     def _in_window(self, now: float) -> Counter:
         """Fetches per peer started in the window of wall time ending now (caller holds the lock)."""
@@ -69,6 +127,20 @@ class FanIn:
         budget = self.limits.max_fetches_per_window
         stranger_budget = budget // 2 if self.standing.earned(now) else budget
         return math.ceil(budget / max(1, good)), max(1, math.ceil(stranger_budget / max(1, len(recent) - good)))
+
+    def _fresh_pace(self, now: float) -> TokenBucket:
+        """The pace of fresh fetches: the budget's own rate (max_fetches_per_window / window_s), at most FRESH_BURST
+        at once; started at the first use, on the caller's clock (caller holds the lock)."""
+        if self._pace is None:
+            lim = self.limits
+            self._pace = TokenBucket(lim.max_fetches_per_window / lim.window_s, FRESH_BURST, now)
+        return self._pace
+
+    def _oversubscribed(self, now: float) -> bool:
+        """More new candidates arrived within the last window_s than the budget fetches in one (caller holds the
+        lock): only then are fresh fetches paced, and a small swarm's announcements are chosen as they come."""
+        arrivals = self._arrivals
+        return len(arrivals) == arrivals.maxlen and arrivals[0] > now - self.limits.window_s
 
     def _room(self, now: float) -> tuple[int, int]:
         """(fetches the budget still allows in the window of wall time ending now, of which peers not in good

@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from protocols.codec import RecordError
 from protocols.records import Announcement, RolloutRecord
-from swarm.exchange.fanin import FanIn
+from swarm.exchange.fanin import FanIn, fresh_limit
 from swarm.exchange.pending import Pending
 from swarm.exchange.receive import (
     MAX_CANDIDATES_PER_PEER,
@@ -70,7 +70,10 @@ class Inbox(FanIn):
         self._vetted: dict[bytes, float] = {}  # digest of (signer, value) → when first vetted
         self._fetched: dict[tuple[str, str], float] = {}  # (peer, sha256) fetched or taken from a push → when
         self._candidates: dict[str, list[Announcement]] = {}  # peer → valid unfetched announcements, newest first
+        self._heard: dict[tuple[str, str], float] = {}  # (peer, sha256) of a candidate → when it reached us
         self._fetch_log: deque[tuple[float, str, bool]] = deque()  # (start, peer, not in good standing) within max_age_s
+        self._pace = None  # the pace of fresh fetches, a swarm.bucket.TokenBucket from the first use (fanin)
+        self._arrivals: deque[float] = deque(maxlen=limits.max_fetches_per_window + 1)  # when new candidates came
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
         self._peers: dict[str, float] = {}  # peer → when it last announced: created_at, at most our clock then
         self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
@@ -145,6 +148,8 @@ class Inbox(FanIn):
                 return None
             queue = self._candidates.setdefault(ann.peer, [])
             queue.append(ann)
+            self._heard[(ann.peer, ann.sha256)] = now
+            self._arrivals.append(now)
             queue.sort(key=lambda a: -a.created_at)
             self._skipped += len(queue[MAX_CANDIDATES_PER_PEER:])
             del queue[MAX_CANDIDATES_PER_PEER:]
@@ -165,9 +170,19 @@ class Inbox(FanIn):
                 self._addrs.pop(p, None)
 
     def _cap_strangers(self, now: float) -> None:
-        """At most MAX_STRANGER_CANDIDATES candidates of peers not in good standing: a random one goes (skipped)."""
+        """At most MAX_STRANGER_CANDIDATES candidates of peers not in good standing: random ones go (skipped), those
+        that are no longer fresh (swarm.exchange.fanin) before fresh ones."""
         strangers = [(p, a) for p, q in self._candidates.items() if self.standing.state(p, now) != GOOD for a in q]
-        for peer, ann in self.rng.sample(strangers, max(0, len(strangers) - MAX_STRANGER_CANDIDATES)):
+        over = len(strangers) - MAX_STRANGER_CANDIDATES
+        if over <= 0:
+            return
+        limit = fresh_limit(self.limits)
+        older = [(p, a) for p, a in strangers if now - min(a.created_at, self._heard.get((p, a.sha256), now)) > limit]
+        going = self.rng.sample(older, min(over, len(older)))
+        if over > len(older):
+            kept = [x for x in strangers if x not in older]
+            going += self.rng.sample(kept, over - len(older))
+        for peer, ann in going:
             self._candidates[peer].remove(ann)
             if not self._candidates[peer]:
                 del self._candidates[peer]
@@ -257,6 +272,9 @@ class Inbox(FanIn):
                 self._candidates[peer] = fresh
             else:
                 del self._candidates[peer]
+        if len(self._heard) > 2 * sum(map(len, self._candidates.values())) + 64:  # forget those no longer candidates
+            kept = {(p, a.sha256) for p, q in self._candidates.items() for a in q}
+            self._heard = {k: t for k, t in self._heard.items() if k in kept}
         keep_from = horizon - lim.max_clock_skew_s
         self._fetched = {k: t for k, t in self._fetched.items() if t >= keep_from}
         while self._vetted and next(iter(self._vetted.values())) < keep_from:

@@ -99,7 +99,7 @@ def _offer_many(inbox: Inbox, peer: str, n: int, now: float, start: int = 0) -> 
 
 def test_one_good_peer_with_many_candidates_takes_only_its_share():
     inbox = Inbox(Limits(max_fetches_per_window=16), rng=random.Random(0))
-    now = T0 + 1
+    now = T0 + 3  # the candidates are seconds old: not fresh, so not paced (tests/unit/test_fresh_first.py)
     for p in ("fast", "h1", "h2"):
         inbox.standing.good(p, now)
     _offer_many(inbox, "fast", 4, T0)  # at most 4 candidates per peer are kept
