@@ -11,6 +11,7 @@ import msgpack
 
 from protocols.addrs import decode_addrs
 from protocols.codec import _SHA256_HEX, RecordError, _get
+from protocols.keys import MAX_ANN_LEVEL
 from protocols.records import SCHEMA_VERSION, Announcement
 
 
@@ -18,6 +19,8 @@ def encode_announcement(a: Announcement) -> bytes:
     d = asdict(a)
     if not d["addrs"]:
         del d["addrs"]  # no dial hint: exactly the fields of an announcement without one
+    if d["level"] < 0:
+        del d["level"]  # not gossiped on announcement shards: exactly the fields of the previous version's
     return msgpack.packb(d, use_bin_type=True)
 
 
@@ -33,6 +36,16 @@ def unpack_small_map(data: Any, limit: int = 1024) -> Any:
         raise RecordError("bad_announcement", str(exc)[:200]) from None
 
 
+def _level(d: dict) -> int:
+    """The optional `level` (0..MAX_ANN_LEVEL, protocols.keys); -1 when absent."""
+    if "level" not in d:
+        return -1
+    level = d["level"]
+    if type(level) is not int or not 0 <= level <= MAX_ANN_LEVEL:
+        raise RecordError("bad_announcement", f"level {level!r:.20} is not an integer in 0..{MAX_ANN_LEVEL}")
+    return level
+
+
 def decode_announcement(data: Any) -> Announcement:
     """Validate a DHT announcement value (≤ 1 KiB msgpack map) or raise RecordError."""
     d = unpack_small_map(data)
@@ -43,7 +56,7 @@ def decode_announcement(data: Any) -> Announcement:
                          count=_get(d, "count", int, "ann"), nbytes=_get(d, "nbytes", int, "ann"),
                          sha256=_get(d, "sha256", str, "ann"), policy_version=_get(d, "policy_version", int, "ann"),
                          created_at=_get(d, "created_at", float, "ann"), v=_get(d, "v", int, "ann"),
-                         addrs=decode_addrs(d.get("addrs", "")))
+                         addrs=decode_addrs(d.get("addrs", "")), level=_level(d))
     except ValueError as exc:  # RecordError (a ValueError) included
         if isinstance(exc, RecordError) and exc.reason == "version":
             raise

@@ -12,8 +12,19 @@ so a node that joins late, restarts or runs 100× slower reads the windows of th
 say. Shards spread one window's announcements over `shards` keys, so no key is hot when
 thousands of peers announce; a reader reads all of them (small swarms) or a random subset.
 `window_s` and `shards` are swarm-wide parameters, like the swarm id: peers that disagree on
-them do not see each other. Announcements gossiped over libp2p pubsub (swarm.net.pubsub) travel on
-one topic per swarm and protocol version, `{swarm}/announce/v{version}` (`announce_topic`).
+them do not see each other.
+
+Announcements gossiped over libp2p pubsub (swarm.net.pubsub) travel on announcement shards
+(docs/PROTOCOL.md §5): at level k there are 2^k shards, a peer's shard at level k is
+
+    ann_shard = int.from_bytes(sha256(peer_id)[:8], "big") mod 2^k      (= shard_of(peer_id, 2^k))
+    topic     = "{swarm}/ann/v{version}/{k}/{ann_shard}"                   (`ann_topic`)
+
+so the levels nest: shard s of level k is shards s and s + 2^k of level k + 1, and two peers whose
+levels differ by one still share the topic of the lower level. The level a peer uses follows from
+the swarm's estimated size (`ann_level`: shards of about `per_shard` peers). The previous version's
+one topic per swarm and protocol version, `{swarm}/announce/v{version}` (`announce_topic`), stays
+for peers of that version (the legacy topic).
 """
 
 from __future__ import annotations
@@ -41,8 +52,30 @@ def rollouts_key(swarm: str, window: int, shard: int) -> str:
 
 
 def announce_topic(swarm: str, version: int) -> str:
-    """The gossipsub topic of one swarm's announcements under one protocol version (swarm.net.pubsub)."""
+    """The legacy gossipsub topic: all of one swarm's announcements under one protocol version (the previous
+    version's only topic; swarm.net.pubsub)."""
     return f"{swarm}/announce/v{version}"
+
+
+MAX_ANN_LEVEL = 16  # at most 65,536 announcement shards
+
+
+def ann_shard(peer_id: str, level: int) -> int:
+    """A peer's announcement shard at `level` (2^level shards): shard_of(peer_id, 2^level), so the levels nest."""
+    return shard_of(peer_id, 1 << level)
+
+
+def ann_topic(swarm: str, version: int, level: int, shard: int) -> str:
+    """The gossipsub topic of announcement shard `shard` of `level`."""
+    return f"{swarm}/ann/v{version}/{level}/{shard}"
+
+
+def ann_level(peers: float, per_shard: int) -> float:
+    """The real-valued level at which shards hold about `per_shard` of `peers`: log2(peers / per_shard), at least 0
+    and at most MAX_ANN_LEVEL (a caller rounds it, with hysteresis: swarm.exchange.shards)."""
+    if peers <= per_shard:
+        return 0.0
+    return min(float(MAX_ANN_LEVEL), math.log2(peers / per_shard))
 
 
 def windows_back(now_window: int, max_age_s: float, window_s: float = WINDOW_S) -> list[int]:

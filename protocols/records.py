@@ -94,3 +94,4 @@ class Announcement:
     created_at: float  # publisher's clock (unix s) when it published: age before any download
     v: int = field(default=SCHEMA_VERSION)  # schema version
     addrs: str = ""  # optional dial hint: the publisher's TCP multiaddrs, space-separated (protocols.addrs)
+    level: int = -1  # optional: the announcement-shard level its publisher gossips at (protocols.keys); -1: absent

@@ -97,12 +97,27 @@ class SwarmConfig(BaseModel):
                                         "first); 0 = none (a sampler, which never trains)")
     notify_peers: int = Field(8, ge=0, le=1024, description="recently seen peers a new announcement is pushed to "
                               "directly (the DHT is the fallback); 0 = DHT only")
-    gossip: bool = Field(True, description="announce over libp2p gossipsub as well (p2pd runs pubsub; one topic per "
-                         "swarm and protocol version) and take peers' gossiped announcements, vetted like DHT "
+    gossip: bool = Field(True, description="announce over libp2p gossipsub as well (p2pd runs pubsub; topics per "
+                         "announcement shard, gossip_shards) and take peers' gossiped announcements, vetted like DHT "
                          "values; announcements are still stored in the DHT, which is read only every "
                          "gossip_poll_every-th poll interval while gossip delivers and no peer that only polls is "
                          "seen (swarm.exchange.poller); without pubsub in the daemon the node falls back to the DHT "
                          "alone; false = the DHT alone")
+    gossip_shards: bool = Field(True, description="gossip on announcement shards sized to the swarm (topics "
+                                "<swarm>/ann/v2/<level>/<shard>: a peer subscribes to its own shard, nested one level "
+                                "either way, and gossip_extra_shards rotating ones, and publishes to its own; "
+                                "docs/PROTOCOL.md §5), and on the previous version's one topic while a peer of that "
+                                "version is heard there; false = that one topic alone, as the previous version did")
+    gossip_shard_peers: int = Field(32, ge=4, le=4096, description="peers one announcement shard is sized for: "
+                                    "2^level shards, level = round(log2(estimated swarm size / this)), at least 0 "
+                                    "(the estimate from the DHT's routing table, swarm.dht.size)")
+    gossip_shard_level: int | None = Field(None, ge=0, le=16, description="a fixed shard level (2^level shards) "
+                                           "instead of the one the size estimate gives; None = estimated")
+    gossip_extra_shards: int = Field(1, ge=0, le=8, description="shards of its level a peer subscribes to beside "
+                                     "its own (each replaced by another every gossip_rotate_s), so that over time "
+                                     "it hears peers of other shards")
+    gossip_rotate_s: float = Field(600.0, ge=10, le=86400, description="how long an extra shard is kept before "
+                                   "another replaces it (each peer at a moment of its own)")
     gossip_poll_every: int = Field(60, ge=1, le=10_000, description="while gossip delivers and every peer seen "
                                    "lately gossips, the DHT is read every this-many poll intervals instead of every "
                                    "one (to find peers that only poll, and newcomers' older announcements); "
@@ -111,13 +126,15 @@ class SwarmConfig(BaseModel):
                                     "announcement arrived by it within this many poll intervals, and a peer seen "
                                     "only by polling keeps every interval reading for as long; after that the DHT "
                                     "is read every interval again")
-    gossip_fetch_spread_s: float = Field(1.0, ge=0, le=30, description="in a swarm where gossip delivers from "
+    gossip_fetch_spread_s: float = Field(0.0, ge=0, le=30, description="in a swarm where gossip delivers from "
                                          "more than 16 peers (a publisher admits 16 bundle streams at once from "
                                          "peers not in good standing), the fan-in choice after a gossiped "
                                          "announcement waits a random 0 to this many seconds per 16 peers beyond "
                                          "16 (at most 3 times this), so that the receivers gossip reaches within "
                                          "milliseconds of each other do not all fetch from the publisher at once; "
-                                         "with 16 peers or fewer, and with 0, the choice runs at once")
+                                         "0 (the default: a publisher's busy answer spreads them instead, and a "
+                                         "candidate that waited is no longer fresh) and with 16 peers or fewer, the "
+                                         "choice runs at once")
     gossip_ban_s: float = Field(300.0, ge=0, le=86400, description="a peer that itself signed more than its "
                                 "gossip allowance (more than 30 distinct announcements dated within one 10 s slot) "
                                 "is banned this long: its gossiped messages are dropped unread (drop reason "

@@ -89,7 +89,7 @@ def spam(t, t0: float, args, log: dict) -> None:
         now = time.time()
         ann = Announcement(peer=t.peer_id, window=window_of(now, t.cfg.window_s), count=64, nbytes=9000 + n % 100,
                            sha256=secrets.token_hex(32), policy_version=n, created_at=now, addrs=t.addrs)
-        futures.append(t.submit(t.gossip.pubsub.publish(t.gossip.topic, encode_announcement(ann))))
+        futures.append(t.submit(t.gossip.pubsub.publish(t.gossip.plan.home, encode_announcement(ann))))
         n += 1
     failed = 0
     for f in futures:

@@ -92,12 +92,12 @@ class Gathered:
                         merge_announce(self.announce, other.announce))
 
 
-ANNOUNCE_STATES = frozenset({"poll_only_peers"})  # integers that say how things stand, not how many happened
+ANNOUNCE_STATES = frozenset({"poll_only_peers", "level", "topics"})  # integers that say how things stand, not how many happened
 
 
 def merge_announce(a: dict, b: dict) -> dict:
     """Two takes' announce reports: counts added up, states (transport, pubsub, fallback, delivering, mode,
-    poll_only_peers) the later's."""
+    poll_only_peers, level, topics) the later's."""
     out = {**a, **b}
     for k, v in b.items():
         if k in ANNOUNCE_STATES:

@@ -4,6 +4,7 @@
   entries    which of one key's signed entries a read keeps (peers in good standing first)
   budget     the DHT requests a node serves each sender
   expiry     DHT expirations under which a peer's newest announcement always wins
+  size       the swarm's size estimated from the DHT's routing table (it sizes the announcement shards)
   bootstrap  a DHT-only bootstrap peer
-  relay      a bootstrap peer's subscription to a swarm's gossip topic, so that it relays
+  relay      a bootstrap peer's subscription to a swarm's gossip topics, so that it relays
 """

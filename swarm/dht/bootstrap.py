@@ -60,7 +60,8 @@ def run_bootstrap(*, host_maddrs: list[str], announce_maddrs: list[str], identit
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        relays = f" (relaying gossip on {dht.gossip_relay.topic})" if gossip else ""
+        relays = (f" (relaying gossip on {dht.gossip_relay.topic} and {len(dht.gossip_relay.topics) - 1} announcement "
+                  f"shard topics)") if gossip else ""
         print_fn(f"bootstrap peer {dht.peer_id.to_base58()} ready{relays}; pass one of these as --initial-peers:",
                  flush=True)
         for addr in maddrs:

@@ -17,6 +17,7 @@ the two transports and the streams under the real one.
   fetch      fetching one announced bundle
   push       pushing our bundle to chosen peers, and receiving a peer's push
   gossip     announcements over gossipsub beside the DHT (swarm.gossip, on by default), its fallback and report
+  shards     which gossip topics a peer subscribes to and publishes on: announcement shards sized to the swarm
   gossip_guard  our own limit on a gossip spammer that replays cannot turn on its victim: a seen-cache, a per-signer
                 allowance on its own timestamps, expiring bans (no disconnects)
   scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)

@@ -9,7 +9,8 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        swarm.net.wire.NOTIFY_NAME to up to `notify_peers` recently seen peers; in
                        client mode (no listen address) the bundle is offered with its bytes to
                        up to `push_peers` of them instead (swarm.exchange.push, over swarm.net.wire.PUSH_NAME);
-                       with cfg.gossip it is also published on the swarm's gossipsub topic (swarm.exchange.gossip)
+                       with cfg.gossip it is also published on its announcement shard's gossipsub topic
+                       (swarm.exchange.gossip, swarm.exchange.shards)
     background poller: every poll_interval_s it reads the current window's shards (the previous
                        window's every 4th tick, on start the windows of the last max_age_s, a
                        crowded key less often: swarm.exchange.polling); every (subkey, value) goes through the shared
@@ -284,7 +285,7 @@ class HivemindTransport(StreamHandlers, InboxFront):
         slow peers, and a round must not be paced by them); one no DHT node accepted is counted
         (publish_failures) and logged."""
         data, value, ann = make_bundle(self.peer_id, records, now=self.clock(), window_s=self.cfg.window_s,
-                                       addrs=self.addrs)
+                                       addrs=self.addrs, level=self.gossip.level if self.gossip is not None else -1)
         self._serve(ann, data)
         if self._loop is None or self._stopped.is_set():
             raise SwarmError("transport is not running (never started, or shut down)")

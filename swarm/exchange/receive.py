@@ -95,13 +95,14 @@ class Limits:
 
 
 def make_bundle(peer: str, records: list[RolloutRecord], now: float | None = None,
-                window_s: float = WINDOW_S, addrs: str = "") -> tuple[bytes, bytes, Announcement]:
-    """(bundle bytes, announcement bytes, announcement) for our own records; `addrs`: our dial hint."""
+                window_s: float = WINDOW_S, addrs: str = "", level: int = -1) -> tuple[bytes, bytes, Announcement]:
+    """(bundle bytes, announcement bytes, announcement) for our own records; `addrs`: our dial hint; `level`: the
+    announcement-shard level we gossip at (-1: none named)."""
     now = time.time() if now is None else now
     data = encode_bundle(records)
     version = max((r.policy_version for r in records), default=0)
     ann = Announcement(peer=peer, window=window_of(now, window_s), count=len(records), nbytes=len(data),
-                       sha256=sha256_hex(data), policy_version=version, created_at=now, addrs=addrs)
+                       sha256=sha256_hex(data), policy_version=version, created_at=now, addrs=addrs, level=level)
     return data, encode_announcement(ann), ann
 
 

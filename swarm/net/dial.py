@@ -130,10 +130,10 @@ class DialPolicy:
             self._targets.popitem(last=False)
 
 
-async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = (), policy: DialPolicy | None = None
-                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """(reader, writer) of a new `protocol` stream to `peer`; Unreachable when it cannot be reached. With a
-    `policy`, only the addresses it picks are dialled. The caller bounds it with a timeout and closes the writer."""
+async def connect(p2p, peer: str, addrs: Sequence[str] = (), policy: DialPolicy | None = None) -> tuple[bool, str]:
+    """Connect to `peer` at the first of `addrs` that answers (with a `policy`, only those it picks; a connect of
+    them already in flight is waited for instead). (connected, the last error) — (False, "") when nothing was
+    dialled. The caller bounds it with a timeout."""
     pid = PeerID.from_base58(peer)
     connect_error = ""
     if policy is not None:
@@ -157,8 +157,16 @@ async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = (), 
             continue
         if policy is not None:
             policy.outcome([addr], ok=True)
-        connect_error = ""
-        break
+        return True, ""
+    return False, connect_error
+
+
+async def open_stream(p2p, peer: str, protocol: str, addrs: Sequence[str] = (), policy: DialPolicy | None = None
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """(reader, writer) of a new `protocol` stream to `peer`; Unreachable when it cannot be reached. With a
+    `policy`, only the addresses it picks are dialled. The caller bounds it with a timeout and closes the writer."""
+    pid = PeerID.from_base58(peer)
+    _, connect_error = await connect(p2p, peer, addrs, policy)
     if connect_error:
         log.info("no announced address of %s answered; trying libp2p's routing", peer[:12])
     try:

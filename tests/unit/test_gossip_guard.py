@@ -34,6 +34,7 @@ from swarm.exchange.gossip_guard import (
     GossipGuard,
 )
 from swarm.exchange.poller import PollGate
+from swarm.exchange.shards import ShardPlan
 
 T0 = 1_700_000_000.0  # wall-clock time the tests start at (a slot boundary)
 
@@ -179,7 +180,7 @@ def test_the_guards_verdicts_are_drops_by_reason_before_the_inbox():
     spawned = []
     transport = SimpleNamespace(peer_id="me", inbox=inbox, cfg=SwarmConfig(gossip=True),
                                 spawn=lambda coro: spawned.append(coro), _fetch_chosen=lambda: None)
-    gossip = GossipAnnouncements(transport, SimpleNamespace(), "topic")
+    gossip = GossipAnnouncements(transport, SimpleNamespace(), ShardPlan("me", "rlswarm", 2, sharded=False))
     t = time.time()
     honest = _ann("honest", t)
     msgs = [SimpleNamespace(sender="honest", data=v) for v in (honest, honest, _ann("honest", t - 1000))]
@@ -187,6 +188,8 @@ def test_the_guards_verdicts_are_drops_by_reason_before_the_inbox():
     msgs.append(SimpleNamespace(sender="me", data=b"ours"))
 
     class Sub:
+        topic = "rlswarm/announce/v2"
+
         async def __aenter__(self):
             return self
 
@@ -225,7 +228,7 @@ def test_our_own_gossip_is_paced_to_half_the_allowance_and_the_newest_waiting_on
 
         transport = SimpleNamespace(peer_id="me", cfg=SwarmConfig(gossip=True),
                                     spawn=lambda coro: loop.create_task(coro))
-        gossip = GossipAnnouncements(transport, SimpleNamespace(publish=publish), "topic")
+        gossip = GossipAnnouncements(transport, SimpleNamespace(publish=publish), ShardPlan("me", "rlswarm", 2, sharded=False))
         for i in range(PUBLISH_BURST + 5):  # all within a few milliseconds
             await gossip.publish(b"%d" % i)
         assert len(sent) == PUBLISH_BURST  # the rest wait: only the newest of them will go
@@ -260,7 +263,7 @@ def test_a_gossiped_announcement_is_chosen_from_after_a_random_spread_in_a_large
         transport = SimpleNamespace(peer_id="me", cfg=SwarmConfig(gossip=True, gossip_fetch_spread_s=spread),
                                     spawn=lambda coro: loop.create_task(coro), poll_gate=gate,
                                     _fetch_chosen=lambda: chosen.append(loop.time()))
-        gossip = GossipAnnouncements(transport, SimpleNamespace(), "topic")
+        gossip = GossipAnnouncements(transport, SimpleNamespace(), ShardPlan("me", "rlswarm", 2, sharded=False))
         t0 = loop.time()
         for _ in range(5):
             gossip._choose_soon()

@@ -45,11 +45,12 @@ def _transport(gossip: bool, running):
 def test_a_take_reports_the_transport_and_the_gossip_counts_since_the_previous_take():
     assert GossipReport().since_last(_transport(False, None)) == {"transport": "dht"}
     g = SimpleNamespace(received=3, offered=2, published=1, publish_failures=0, publish_paced=0,
-                        received_bytes=900, banned=0, fetch_spread=0, last_valid=None)
+                        received_bytes=900, banned=0, fetch_spread=0, last_valid=None, level=3, topics=["a", "b"])
     t, report = _transport(True, g), GossipReport()
     first = report.since_last(t)
     assert first["transport"] == "gossip" and first["pubsub"] and first["offered"] == 2 and not first["delivering"]
     assert first["mode"] == "dht" and first["poll_only_peers"] == 0
+    assert (first["level"], first["topics"]) == (3, 2)  # the announcement shards (swarm.exchange.shards)
     g.offered, g.received, g.banned = 5, 7, 1
     second = report.since_last(t)
     assert (second["offered"], second["received"], second["published"]) == (3, 4, 0)
@@ -60,11 +61,12 @@ def test_a_take_reports_the_transport_and_the_gossip_counts_since_the_previous_t
 
 def test_a_rounds_takes_add_up_and_reach_prometheus():
     a = {"transport": "gossip", "pubsub": True, "delivering": False, "received": 2, "offered": 1, "published": 1,
-         "publish_failures": 0, "dht_polls_skipped": 3, "mode": "mixed", "poll_only_peers": 2}
+         "publish_failures": 0, "dht_polls_skipped": 3, "mode": "mixed", "poll_only_peers": 2, "level": 2, "topics": 5}
     b = {**a, "delivering": True, "received": 5, "mode": "gossip", "poll_only_peers": 0}
     merged = merge_announce(a, b)
     assert merged["received"] == 7 and merged["dht_polls_skipped"] == 6 and merged["delivering"] is True
     assert (merged["mode"], merged["poll_only_peers"]) == ("gossip", 0)  # states: the later take's
+    assert (merged["level"], merged["topics"]) == (2, 5)
     assert merge_announce({}, b) == b
     prom = Prom("n")
     m = {"step_s": 0.0, "tokens_per_s": 0.0, "announce_transport": "gossip",
