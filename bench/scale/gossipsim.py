@@ -12,8 +12,10 @@ REAL (besides what bench.scale.sim calls):
     swarm.exchange.poller     PollGate(gossip_poll_every, gossip_quiet_polls, poll_interval_s).due(last, now): every
                               poll interval of every peer asks it whether to read the DHT (the config's defaults,
                               read off swarm.config.SwarmConfig)
+    swarm.exchange.shards     ShardPlan, with `Setting.sharded`: each peer's announcement-shard topics (one mesh per
+                              topic, bench.scale.shardmesh)
 What a publish does: the DHT store as before (every peer still stores), the notify pushes as before, and one
-gossipsub message (bench.scale.mesh.Mesh.publish). Ghost peers gossip their throwaway identities' announcements
+gossipsub message (bench.scale.mesh.Mesh.publish; sharded: on the publisher's home shard's mesh). Ghost peers gossip their throwaway identities' announcements
 too (signed by each identity's own key, so the daemons relay them). Client-mode peers subscribe and forward but
 never publish (their bundles travel by push). For an observer "gossip delivered" is the time of its last valid
 gossiped announcement, as swarm.exchange.gossip keeps it; for the other peers it is the arrival time of the latest
@@ -30,7 +32,8 @@ import numpy as np
 
 from bench.scale.mesh import PUBSUB_FRAMING, Mesh
 from bench.scale.model import Costs, Setting
-from bench.scale.sim import Simulation
+from bench.scale.shardmesh import TopicMeshes
+from bench.scale.sim import T0, Simulation
 from protocols.codec import RecordError
 from swarm.exchange.poller import PollGate
 from swarm.exchange.receive import vet_announcement
@@ -44,7 +47,10 @@ class GossipSimulation(Simulation):
     def __init__(self, setting: Setting, costs: Costs):
         super().__init__(setting, costs)
         horizon = setting.warmup_s + setting.measure_s
-        self.mesh = Mesh(self.world, self.rng, horizon, costs.announcement_bytes + PUBSUB_FRAMING)
+        msg_bytes = costs.announcement_bytes + PUBSUB_FRAMING
+        self.mesh = TopicMeshes(self.world, self.rng, horizon, msg_bytes, per_shard=setting.per_shard,
+                                extra=setting.extra_shards, t0=T0) if setting.sharded else \
+            Mesh(self.world, self.rng, horizon, msg_bytes)
         self.observer_idx = np.array(sorted(i for i, nd in enumerate(self.nodes) if nd.observer), np.int64)
         self.batches: dict[tuple[int, float], list[tuple[str, bytes]]] = {}  # (observer, when) → gossiped messages
         self.at(1.0, self.heartbeat, 1)

@@ -66,6 +66,11 @@ class Setting:
     observers: int = 1000  # peers whose receive side runs in full (all of them when peers ≤ observers)
     transport: str = "dht"  # "dht": announcements by DHT and pushes; "gossip": also gossipsub (bench.scale.gossipsim)
     plan: str = "current"  # "current": swarm.exchange.polling.PollPlan; "legacy": its rule before reads were paced (bench.scale.legacy)
+    sharded: bool = False  # gossip on announcement shards (bench.scale.shardmesh) instead of one topic
+    per_shard: int = 32  # swarm.gossip_shard_peers
+    extra_shards: int = 1  # swarm.gossip_extra_shards
+    admission: bool = False  # publishers admit 16 strangers' bundle streams at once, the rest answered busy (sim.py)
+    design: str = ""  # what the row's design is, in words (carried into the row)
     seed: int = 0
     extra: dict = field(default_factory=dict, compare=False)  # free-form notes carried into the row
 

@@ -156,7 +156,8 @@ class Tally:
         resolved = c["delivered"] + c["failed"]
         vis = self.visible + self.visible_push
         return {
-            "name": s.name, "transport": s.transport, "peers": s.peers, "observers": len(self.observers),
+            "name": s.name, "transport": s.transport, "design": s.design or None, "peers": s.peers,
+            "observers": len(self.observers), "busy_answers": c["busy_answers"],
             "shards": s.shards, "read_shards": s.read_shards,
             "bytes_up_per_round": up_ann + up_bundle + dht_serve + up_gossip,
             "bytes_down_per_round": down_ann + down_bundle + down_gossip,

@@ -11,6 +11,11 @@ REAL (imported and called, not re-implemented):
                           (a pushed bundle's offer), Inbox.settle / settle_fetched (delivery, failures → backoff),
                           Inbox.take, Inbox.judge (swarm.exchange.standing), Inbox.known_peers (whom a publish notifies)
     swarm.exchange.push            Pusher.targets: whom a client-mode peer offers its bundle to
+    constants, with `Setting.admission`: swarm.exchange.admission PULLS_PER_PEER / TOTAL_STREAMS,
+                          swarm.exchange.fetch BUSY_TRIES, swarm.net.wire BUSY_RETRY_S — one pull of a publisher at a
+                          time; a publisher whose strangers' half of its bundle streams (16) is held by pulls (ours
+                          × N / observers) answers busy, asked again after 1–2 × retry_after with the slot kept, at
+                          most 4 tries, then dropped as `busy` (Inbox.settle_fetched: no backoff)
 MODELLED (bench.scale.model): time (a simulated clock; each peer's clock is sim time + its skew), the
 network (latencies, bandwidth, who is online or reachable), the DHT's storage and lookups, the bundle's
 bytes (never encoded per publish: a fetched bundle is settled with its announced record count, skipping
@@ -51,9 +56,13 @@ from swarm.dht.expiry import Expirations
 from swarm.exchange.inbox import Inbox
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.push import Pusher
+from swarm.exchange.admission import PULLS_PER_PEER, TOTAL_STREAMS
+from swarm.exchange.fetch import BUSY_TRIES
 from swarm.exchange.receive import Limits
+from swarm.net.wire import BUSY_RETRY_S
 
 SLOTS, STRANGER_SLOTS = 8, 4  # swarm.config max_concurrent_fetches default, and half of it for strangers
+STRANGER_STREAMS = TOTAL_STREAMS // 2  # bundle streams a publisher admits at once from peers not in its good standing
 T0 = 1.78e9  # unix time at sim time 0
 
 
@@ -77,6 +86,7 @@ class Node:
         self.tick, self.reading = 0, False
         self.epoch += 1
         self.busy, self.busy_strangers, self.queue = 0, 0, deque()
+        self.pulling: Counter = Counter()  # peer id → our pulls of it in flight (swarm.exchange.admission)
         self.conns: OrderedDict[int, None] = OrderedDict()
 
     def clock(self, t: float) -> float:
@@ -330,19 +340,35 @@ class Simulation:
 
     def start_fetches(self, node: Node) -> None:
         waiting = len(node.queue)
+        admission = self.setting.admission
         while node.queue and node.busy < SLOTS and waiting:
             ann, stranger = node.queue.popleft()
             waiting -= 1
-            if stranger and node.busy_strangers >= STRANGER_SLOTS:
+            if stranger and node.busy_strangers >= STRANGER_SLOTS or \
+                    admission and node.pulling[ann.peer] >= PULLS_PER_PEER:  # one pull of a peer at a time
                 node.queue.append((ann, stranger))
                 continue
             node.busy += 1
             node.busy_strangers += stranger
+            node.pulling[ann.peer] += 1
             self.fetch(node, ann, stranger)
 
-    def fetch(self, node: Node, ann: Announcement, stranger: bool) -> None:
+    def fetch(self, node: Node, ann: Announcement, stranger: bool, tries: int = 0, epoch: int | None = None) -> None:
+        if epoch is not None and epoch != node.epoch:
+            return
         i = node.w.idx
         j = self.by_id.get(ann.peer)
+        if self.setting.admission and j is not None and not self.world[j].nat and self.online(j) \
+                and getattr(self.world[j], "inflight", 0) * self.scale >= STRANGER_STREAMS:
+            # the publisher's admission is full (its strangers' half: our observers' pulls × N / observers): busy.
+            # Asked again after 1–2 × its retry_after, the slot kept, at most BUSY_TRIES times (swarm.exchange.hivemind)
+            self.tally.c["busy_answers"] += self.tally.measuring
+            if tries + 1 < BUSY_TRIES:
+                wait = BUSY_RETRY_S * self.rng.uniform(1.0, 2.0) + self.rtt(i, j)
+                self.at(self.now + wait, self.fetch, node, ann, stranger, tries + 1, node.epoch)
+            else:
+                self.at(self.now + self.rtt(i, j), self.fetched, node, node.epoch, ann, stranger, "busy")
+            return
         if j is None:  # a throwaway identity: nobody serves it
             j = self.sybil_owner[ann.peer]
             tarpit = ann.sha256[0] in "01234567"
@@ -362,19 +388,26 @@ class Simulation:
         start = self.now + rtts * self.rtt(i, j) + c.overhead_s
         busy = getattr(pub, "up_free", 0.0)
         begin = max(start, busy)
+        if not pushed:
+            pub.inflight = getattr(pub, "inflight", 0) + 1  # a stream its admission holds until the transfer ends
         pub.up_free = begin + self.scale * ann.nbytes / pub.up_bps  # the swarm's fetches of j, not only ours
         end = begin + ann.nbytes / min(pub.up_bps, node.w.down_bps) + 0.5 * self.rtt(i, j)
         self.tally.bundle_bytes(j, i, ann.nbytes + c.frame_bytes)
         if pushed:
             self.at(end, self.settled, node, node.epoch, ann)
         else:
+            self.at(end, self.released, j)
             self.at(end, self.fetched, node, node.epoch, ann, stranger, "")
+
+    def released(self, j: int) -> None:
+        self.world[j].inflight -= 1
 
     def fetched(self, node: Node, epoch: int, ann: Announcement, stranger: bool, reason: str) -> None:
         if epoch != node.epoch:
             return
         node.busy -= 1
         node.busy_strangers -= stranger
+        node.pulling[ann.peer] -= 1
         if self.online(node.w.idx) and node.inbox is not None:
             if reason:
                 node.inbox.settle_fetched(ann, None, self.cfg.swarm_id, reason)

@@ -5,11 +5,16 @@ what to fetch now within `max_fetches_per_window` per window of wall time, peers
 others within their share and the newcomers' reserve; `_reserve` books one fetch against the budget and the peer's
 window quota (also for a pushed bundle, Inbox.claim).
 
-Fresh first: within each class a peer whose newest candidate is *fresh* — younger than FRESH_PACES pace intervals
-of window_s / budget (1.25 s with the defaults: `fresh_limit`) — goes before every peer whose candidates are older,
-and among the fresh ones fairness orders them (fewest fetches within max_age_s first, then the youngest, then at
-random). A candidate's age counts from the earlier of its `created_at` and the moment it reached us, so one dated
-ahead of our clock is no fresher than one that has just arrived, and an old one read late from the DHT is not fresh.
+Fresh first: within each class a peer whose newest candidate is *fresh* — it reached us within FRESH_PACES pace
+intervals of window_s / budget (1.25 s with the defaults: `fresh_limit`) and its `created_at` is at most 0.6 of a
+window behind our clock (`fresh_age`: 6 s; a candidate a round old, as every one of the deterministic twin's, is not
+fresh) — goes before every peer whose candidates are older, and among the fresh ones fairness
+orders them (fewest fetches within max_age_s first, then the one that arrived last, then at random). Freshness is
+counted from arrival by a push or by gossip, so one dated ahead of our clock is no fresher than one that has just
+arrived, and a peer whose clock is seconds behind ours is not made stale by it (a simulation with clocks ± 3 s off
+found that counting from `created_at` left half the fresh candidates stale). A DHT read makes no candidate fresh:
+it is discovery and brings announcements seconds old (the simulation's sharded swarm chose such ones first, for
+fairness, and its publish → chosen p95 was 5.8 s).
 The choice runs when an announcement arrives (a push, a gossiped message, a DHT read), so a fresh bundle is chosen
 as it arrives while the budget has room, not when its peer's turn among all the peers comes round: with ≈ N
 candidates a window and a budget of 16, that turn came every N / 16 windows (docs/BENCHMARKS.md §16 point 3).
@@ -17,10 +22,11 @@ candidates a window and a budget of 16, that turn came every N / 16 windows (doc
 Fresh first alone is not fair when the budget binds: a slot frees one window after its fetch, so a busy receiver's
 choices come back at the moments of its first ones, and only the peers whose announcements arrive just before those
 moments are ever fresh when a slot frees (a scratch run saw 285 of 400 peers never fetched in two minutes: the first
-16 arrivals took the budget within 0.6 s, and every window after freed it in the same 0.6 s). So while more new
-candidates arrive in a window than the budget fetches (`_oversubscribed`), fresh fetches are paced at the budget's
-own rate, FRESH_BURST at once at most (a swarm.bucket.TokenBucket), and while a fresh candidate waits for the pace
-no older one takes its room: the choices spread over the window, every moment of it is within
+16 arrivals took the budget within 0.6 s, and every window after freed it in the same 0.6 s). So while more than
+twice the budget's new candidates arrive in a window by push or gossip (`_oversubscribed`), fresh fetches are paced
+at the budget's own rate, FRESH_BURST at once at most (a swarm.bucket.TokenBucket), while a fresh candidate waits
+for the pace no older one takes its room, and a slot that frees with nothing fresh waiting is kept for a fresh one up
+to `fresh_limit` before an older one takes it: the choices spread over the window, every moment of it is within
 the fresh age of one of them, and fairness among the fresh ones rotates the peers (tests/unit/test_fresh_first.py).
 A swarm whose announcements the budget can take is not paced: each is chosen as it arrives. Older candidates are
 never paced, and when none is fresh the order is exactly the fair one it was before, with the same draws of the rng:
@@ -38,12 +44,25 @@ from swarm.exchange.standing import GOOD
 
 FRESH_PACES = 2.0  # a candidate younger than this many pace intervals (window_s / budget) is fresh
 FRESH_BURST = 2  # fresh fetches started at once, at most, beyond the pace
+OVERSUBSCRIBED = 2  # paced while more than this many times the budget's new candidates arrive in a window
+CLOCK_SLACK = 0.6  # a fresh candidate's created_at is at most this share of a window behind our clock
 
 
 def fresh_limit(limits) -> float:
-    """The age below which a candidate is fresh: FRESH_PACES × window_s / max_fetches_per_window (1.25 s with the
-    defaults)."""
+    """How recently a fresh candidate reached us: within FRESH_PACES × window_s / max_fetches_per_window (1.25 s with
+    the defaults)."""
     return FRESH_PACES * limits.window_s / max(1, limits.max_fetches_per_window)
+
+
+def fresh_age(inbox, ann: Announcement, now: float) -> float | None:
+    """Seconds since `ann` reached the inbox if it is fresh — it reached us within `fresh_limit` and its `created_at`
+    is at most CLOCK_SLACK of a window behind our clock (6 s), so that a late DHT read of an old one is not fresh
+    while peers' clocks may be seconds apart —, else None (caller holds the inbox's lock)."""
+    lim = inbox.limits
+    heard = inbox._heard.get((ann.peer, ann.sha256), now)
+    if now - heard > fresh_limit(lim) or now - ann.created_at > CLOCK_SLACK * lim.window_s:
+        return None
+    return now - heard
 
 
 class FanIn:
@@ -70,11 +89,19 @@ class FanIn:
             while room > 0 and self._candidates:
                 good = [p for p in self._candidates if state[p] == GOOD and in_window[p] < share]
                 others = [p for p in self._candidates if state[p] != GOOD and in_window[p] < stranger_share]
-                fresh = {p for p in good + (others if stranger_room > 0 else []) if not stale(p)} if paced else set()
-                if fresh:  # while a fresh candidate waits, only fresh ones are chosen, as the pace allows
+                # while a fresh candidate waits (its peer's share allowing it now or not), only fresh ones are chosen,
+                # as the pace allows: the room is kept for them
+                fresh = {p for p in self._candidates if not stale(p)} if paced else set()
+                if fresh:
                     if pace.refill(now) < 1:
                         break
                     good, others = [p for p in good if p in fresh], [p for p in others if p in fresh]
+                    self._idle_since = None
+                elif paced:  # room, and nothing fresh: kept for a fresh one up to fresh_limit, then an older one
+                    if self._idle_since is None:
+                        self._idle_since = now
+                    if now - self._idle_since < fresh_limit(self.limits):
+                        break
                 newcomers = bool(others) and stranger_room > 0
                 if good and not (newcomers and reserve > 0):
                     peer = min(good, key=lambda p: (stale(p), counts[p], age(p), self.rng.random()))
@@ -100,19 +127,13 @@ class FanIn:
             return chosen
 
     def _stale_by(self, now: float):
-        """(`stale(peer)`, `age(peer)`): whether the peer's newest candidate is older than the fresh limit, and its
-        age if it is not (0 if it is: older candidates are ordered as before, by fairness alone) (module docstring;
-        caller holds the lock)."""
-        limit = fresh_limit(self.limits)
-
-        def age_of(peer: str) -> float:
-            ann = self._candidates[peer][0]
-            return now - min(ann.created_at, self._heard.get((peer, ann.sha256), now))
-
+        """(`stale(peer)`, `age(peer)`): whether the peer's newest candidate is not fresh (`fresh_age`), and how long
+        ago it reached us if it is (0 if not: older candidates are ordered as before, by fairness alone) (caller holds
+        the lock)."""
         def age(peer: str) -> float:
-            a = age_of(peer)
-            return a if a <= limit else 0.0
-        return (lambda peer: age_of(peer) > limit), age
+            a = fresh_age(self, self._candidates[peer][0], now)
+            return a if a is not None else 0.0
+        return (lambda peer: fresh_age(self, self._candidates[peer][0], now) is None), age
 
     def _in_window(self, now: float) -> Counter:
         """Fetches per peer started in the window of wall time ending now (caller holds the lock)."""
@@ -137,8 +158,10 @@ class FanIn:
         return self._pace
 
     def _oversubscribed(self, now: float) -> bool:
-        """More new candidates arrived within the last window_s than the budget fetches in one (caller holds the
-        lock): only then are fresh fetches paced, and a small swarm's announcements are chosen as they come."""
+        """More than OVERSUBSCRIBED times the budget's new candidates arrived by push or gossip within the last
+        window_s (DHT reads are not counted: they make nothing fresh) (caller holds the lock): only then are fresh
+        fetches paced, and a small swarm's announcements, or a receiver's that reads the DHT alone, are chosen as
+        they come."""
         arrivals = self._arrivals
         return len(arrivals) == arrivals.maxlen and arrivals[0] > now - self.limits.window_s
 

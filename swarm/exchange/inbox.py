@@ -25,6 +25,7 @@ per key) and by the budget, not by how many identities announce.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
 import time
@@ -34,7 +35,7 @@ from dataclasses import replace
 
 from protocols.codec import RecordError
 from protocols.records import Announcement, RolloutRecord
-from swarm.exchange.fanin import FanIn, fresh_limit
+from swarm.exchange.fanin import OVERSUBSCRIBED, FanIn, fresh_age
 from swarm.exchange.pending import Pending
 from swarm.exchange.receive import (
     MAX_CANDIDATES_PER_PEER,
@@ -73,7 +74,8 @@ class Inbox(FanIn):
         self._heard: dict[tuple[str, str], float] = {}  # (peer, sha256) of a candidate → when it reached us
         self._fetch_log: deque[tuple[float, str, bool]] = deque()  # (start, peer, not in good standing) within max_age_s
         self._pace = None  # the pace of fresh fetches, a swarm.bucket.TokenBucket from the first use (fanin)
-        self._arrivals: deque[float] = deque(maxlen=limits.max_fetches_per_window + 1)  # when new candidates came
+        self._idle_since: float | None = None  # when room was left free for a fresh candidate (fanin)
+        self._arrivals: deque[float] = deque(maxlen=OVERSUBSCRIBED * limits.max_fetches_per_window + 1)  # fresh arrivals
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
         self._peers: dict[str, float] = {}  # peer → when it last announced: created_at, at most our clock then
         self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
@@ -148,8 +150,11 @@ class Inbox(FanIn):
                 return None
             queue = self._candidates.setdefault(ann.peer, [])
             queue.append(ann)
-            self._heard[(ann.peer, ann.sha256)] = now
-            self._arrivals.append(now)
+            # when it reached us; a DHT read (a key's window given) makes no candidate fresh, nor counts towards the
+            # pace: it is discovery, and brings announcements seconds old (swarm.exchange.fanin)
+            self._heard[(ann.peer, ann.sha256)] = now if key_window is None else -math.inf
+            if key_window is None:
+                self._arrivals.append(now)
             queue.sort(key=lambda a: -a.created_at)
             self._skipped += len(queue[MAX_CANDIDATES_PER_PEER:])
             del queue[MAX_CANDIDATES_PER_PEER:]
@@ -176,8 +181,7 @@ class Inbox(FanIn):
         over = len(strangers) - MAX_STRANGER_CANDIDATES
         if over <= 0:
             return
-        limit = fresh_limit(self.limits)
-        older = [(p, a) for p, a in strangers if now - min(a.created_at, self._heard.get((p, a.sha256), now)) > limit]
+        older = [(p, a) for p, a in strangers if fresh_age(self, a, now) is None]
         going = self.rng.sample(older, min(over, len(older)))
         if over > len(older):
             kept = [x for x in strangers if x not in older]

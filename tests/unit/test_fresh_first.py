@@ -82,16 +82,16 @@ def test_strangers_are_chosen_fresh_first_too():
 
 
 def test_a_candidate_dated_ahead_is_no_fresher_and_one_read_late_is_not_fresh():
-    """Age counts from the earlier of created_at and arrival: a peer dating its announcements 60 s ahead gains
-    nothing over one that arrived at the same moment, and an announcement made 8 s ago that a DHT read brings now
-    goes after one made now."""
+    """Freshness counts from arrival: a peer dating its announcements 60 s ahead gains nothing over one that arrived
+    at the same moment, an announcement made 30 s ago that a DHT read brings now goes after one made now, and one
+    whose publisher's clock is 3 s behind ours is still fresh."""
     now = T0 + 100
     picked = Counter()
     for seed in range(12):  # ties were broken at random before: every seed must pick the fresh one
         inbox = Inbox(Limits(max_fetches_per_window=1), rng=random.Random(seed), clock=lambda: now)
         for p in ("ahead", "late", "fresh"):
             inbox.standing.good(p, now)
-        _, late, _ = make_bundle("late", [_record("late")], now=now - 8.0)
+        _, late, _ = make_bundle("late", [_record("late")], now=now - 30.0)
         _, ahead, _ = make_bundle("ahead", [_record("ahead")], now=now + 60.0)
         _, fresh, _ = make_bundle("fresh", [_record("fresh")], now=now)
         inbox.offer(ahead, "ahead", now=now - 5.0)  # arrived 5 s ago: stale by now, whatever it claims
@@ -99,6 +99,14 @@ def test_a_candidate_dated_ahead_is_no_fresher_and_one_read_late_is_not_fresh():
         inbox.offer(fresh, "fresh", now=now)
         picked.update(a.peer for a in inbox.choose(now))
     assert picked == Counter({"fresh": 12}), picked
+    inbox = Inbox(Limits(max_fetches_per_window=1), rng=random.Random(0), clock=lambda: now)
+    for p in ("behind", "late"):
+        inbox.standing.good(p, now)
+    _, behind, _ = make_bundle("behind", [_record("behind")], now=now - 3.0)  # its clock 3 s behind ours
+    _, late, _ = make_bundle("late", [_record("late")], now=now - 30.0)
+    inbox.offer(late, "late", now=now)
+    inbox.offer(behind, "behind", now=now)
+    assert [a.peer for a in inbox.choose(now)] == ["behind"]
 
 
 def test_when_no_candidate_is_fresh_or_the_budget_can_take_them_all_the_order_is_the_fair_one():
@@ -126,7 +134,7 @@ def test_when_no_candidate_is_fresh_or_the_budget_can_take_them_all_the_order_is
 def test_an_oversubscribed_receiver_paces_its_fresh_fetches():
     now = T0 + 1000
     inbox = Inbox(Limits(max_fetches_per_window=8), rng=random.Random(0), clock=lambda: now)
-    for i in range(12):  # 12 new candidates within a window, for a budget of 8
+    for i in range(20):  # 20 new candidates within a window, more than OVERSUBSCRIBED (2) × a budget of 8
         p = f"p{i}"
         inbox.standing.good(p, now)
         _, value, _ = make_bundle(p, [_record(p, i)], now=now)
@@ -134,3 +142,16 @@ def test_an_oversubscribed_receiver_paces_its_fresh_fetches():
     assert len(inbox.choose(now)) == FRESH_BURST  # the rest at the budget's rate, 8 per 10 s
     assert len(inbox.choose(now + 10 / 8)) == 1
     assert len(inbox.choose(now + 10 / 8 + 0.01)) == 0
+
+
+def test_a_receiver_within_twice_its_budget_chooses_as_they_come():
+    """12 new candidates in a window for a budget of 8 is not oversubscribed (at most OVERSUBSCRIBED × the budget):
+    the budget is filled at once, not paced."""
+    now = T0 + 1000
+    inbox = Inbox(Limits(max_fetches_per_window=8), rng=random.Random(0), clock=lambda: now)
+    for i in range(12):
+        p = f"p{i}"
+        inbox.standing.good(p, now)
+        _, value, _ = make_bundle(p, [_record(p, i)], now=now)
+        inbox.offer(value, p, now=now)
+    assert len(inbox.choose(now)) == 8
