@@ -1,4 +1,4 @@
-"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16, §16C;
+"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16, §16C, §16F;
 results in bench/results/scale/).
 
     run.py         the front door: the settings, the goals, the table and the figure
@@ -11,5 +11,7 @@ results in bench/results/scale/).
     mesh.py        the modelled gossipsub mesh of the "gossip" setting: connections, meshes, heartbeats, flood
                    publish, forwarding, IHAVE / IWANT, and the bytes of every copy and control message
     gossipsim.py   the "gossip" setting: sim.py with every announcement also gossiped, each delivery offered to
-                   the real Inbox and every DHT poll gated by the real PollGate (§16C)
+                   the real Inbox and every DHT poll gated by the real PollGate (§16C); with `Setting.sharded`
+                   on announcement shards (§16F)
+    shardmesh.py   announcement shards: one mesh.py mesh per topic of the real swarm.exchange.shards.ShardPlan
 """
