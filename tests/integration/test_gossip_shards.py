@@ -75,7 +75,8 @@ def test_a_peer_subscribes_to_its_shards_and_its_gossip_reaches_its_shard_not_th
         got = mate.take(min_records=1, timeout=15)
         assert [r.peer for r in got.records] == [pub.peer_id] and mate.gossip.offered == 1
         time.sleep(2.0)  # what gossip would have brought `other` by now, it would have
-        assert other.gossip.received == before and other.take().records == []  # not its shard's gossip
+        # not its shard's gossip (its DHT poll may bring the record meanwhile: that is the DHT's copy, below)
+        assert other.gossip.received == before and other.gossip.offered == 0
         assert pub.gossip.published == 1  # one topic: its home shard (no previous-version peer heard)
         # the DHT copy is there for everyone: the other shard's peer gets it at its next poll
         assert [r.peer for r in other.take(min_records=1, timeout=45).records] == [pub.peer_id]
