@@ -11,10 +11,10 @@ window behind our clock (`fresh_age`: 6 s; a candidate a round old, as every one
 fresh) — goes before every peer whose candidates are older, and among the fresh ones fairness
 orders them (fewest fetches within max_age_s first, then the one that arrived last, then at random). Freshness is
 counted from arrival by a push or by gossip, so one dated ahead of our clock is no fresher than one that has just
-arrived, and a peer whose clock is seconds behind ours is not made stale by it (a simulation with clocks ± 3 s off
-found that counting from `created_at` left half the fresh candidates stale). A DHT read makes no candidate fresh:
-it is discovery and brings announcements seconds old (the simulation's sharded swarm chose such ones first, for
-fairness, and its publish → chosen p95 was 5.8 s).
+arrived, and a peer whose clock is seconds behind ours is not made stale by it (in a scratch run of bench/scale,
+whose clocks are ± 3 s off, counting from `created_at` left about half the fresh candidates stale). A DHT read makes
+no candidate fresh: it is discovery and brings announcements seconds old (in a scratch run of the sharded
+simulation, the fair order then chose such ones first).
 The choice runs when an announcement arrives (a push, a gossiped message, a DHT read), so a fresh bundle is chosen
 as it arrives while the budget has room, not when its peer's turn among all the peers comes round: with ≈ N
 candidates a window and a budget of 16, that turn came every N / 16 windows (docs/BENCHMARKS.md §16 point 3).

@@ -75,7 +75,7 @@ class Inbox(FanIn):
         self._fetch_log: deque[tuple[float, str, bool]] = deque()  # (start, peer, not in good standing) within max_age_s
         self._pace = None  # the pace of fresh fetches, a swarm.bucket.TokenBucket from the first use (fanin)
         self._idle_since: float | None = None  # when room was left free for a fresh candidate (fanin)
-        self._arrivals: deque[float] = deque(maxlen=OVERSUBSCRIBED * limits.max_fetches_per_window + 1)  # fresh arrivals
+        self._arrivals: deque[float] = deque(maxlen=OVERSUBSCRIBED * limits.max_fetches_per_window + 1)  # pushed, gossiped
         self._quota: dict[tuple[str, int], tuple[int, int]] = {}  # (peer, window) → (records, bytes) fetched
         self._peers: dict[str, float] = {}  # peer → when it last announced: created_at, at most our clock then
         self._addrs: dict[str, str] = {}  # peer → the dial hint of its newest valid announcement (protocols.addrs)
