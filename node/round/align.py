@@ -17,9 +17,12 @@ before them, so a sampled EOS on both sides lands in the last chunk of both.
 Where a token ends is read from the fast tokenizer's offset mapping of `text` when re-tokenising
 gives back the sampled ids (the usual case), else from decoding each token alone when the pieces
 concatenate to `text`, else from decoding growing prefixes of the ids (at most
-MAX_DECODE_TOKENS of them); a
-token whose prefix does not decode to a prefix of `text` (half of a multi-byte character, or
-clean-up of spaces) gets 0 bytes and its bytes go to the next token that ends cleanly.
+MAX_DECODE_TOKENS of them). The bytes of a character split over several tokens count for the
+first of them, the one that begins it (the others get 0): that is what a fast byte-level
+tokenizer's offset mapping gives, and it keeps that token's log μ in the chunk of the character
+it began. A token whose prefix does not decode to a prefix of `text` followed by at most the start
+of the next character (clean-up of spaces) gets 0 bytes and its bytes go to the next token that
+ends cleanly.
 """
 
 from __future__ import annotations
@@ -46,6 +49,19 @@ def _ends_from_offsets(char_ends: list[int], text: str) -> list[int]:
     if ends:
         ends[-1] = bo[-1]
     return ends
+
+
+def _prefix_end(prefix: str, text: str, bo: list[int]) -> int:
+    """E_t of docs/PROTOCOL.md §2 from the decoding of the first t + 1 tokens: all of `prefix` when it is a prefix
+    of `text`; when it is one followed by U+FFFD (the first bytes of the next character, not complete yet), through
+    that next character — the bytes of a split character count for the token that begins it, as the offset
+    mapping of a fast byte-level tokenizer gives them; otherwise (clean-up of spaces) 0."""
+    if text.startswith(prefix):
+        return bo[len(prefix)]
+    head = prefix.rstrip("\ufffd")
+    if len(head) < len(prefix) and len(head) < len(text) and text.startswith(head):
+        return bo[len(head) + 1]
+    return 0
 
 
 def receiver_ids_and_ends(tokenizer, text: str) -> tuple[list[int], list[int] | None]:
@@ -76,9 +92,9 @@ def sender_token_bytes(tokenizer, text: str, ids: tuple[int, ...] | list[int]) -
         for i, e in zip(text_pos, accumulate(len(p.encode("utf-8")) for p in pieces)):
             ends[i] = e
     elif len(ids) <= MAX_DECODE_TOKENS:
+        bo = _byte_offsets(text)
         for i in text_pos:
-            prefix = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
-            ends[i] = len(prefix.encode("utf-8")) if text.startswith(prefix) else 0
+            ends[i] = _prefix_end(tokenizer.decode(ids[: i + 1], skip_special_tokens=True), text, bo)
     else:
         return None
     for i in range(1, len(ends)):  # special tokens and unclean prefixes: no bytes of their own

@@ -2,6 +2,8 @@
 
 import math
 import random
+from bisect import bisect_left
+from itertools import accumulate
 
 import pytest
 import torch
@@ -151,3 +153,74 @@ def test_build_rows_aligns_a_peer_of_another_tokenizer(tiny_qwen, tiny_llama):
                                                                 (view.log_ratio / view.unit_len)[0, :n].detach())
     logp = torch.zeros(len(rows[0].chunk_logp)).index_add_(0, torch.tensor(rows[0].chunks), view.logp[0, :n].detach())
     assert_close(per_chunk, logp - torch.tensor(rows[0].chunk_logp), atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- PROTOCOL §2's token-bytes rule, from raw bytes
+
+SPLIT_TEXTS = ["数学 ok", "😀 hi", "naïve café — 東京", "Ünïcödé ✓ 🎉🎉 ß", "<answer>日本</answer>", "x€y"]
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte ↔ unicode table (what a ByteLevel BPE vocabulary is written in), inverted."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def rule_token_bytes(tok, ids: list[int]) -> tuple[str, tuple[int, ...]]:
+    """docs/PROTOCOL.md §2 read literally, for a byte-level BPE: each token's raw bytes from its vocabulary entry
+    (special tokens: none), E_t = the end of the shortest character-aligned prefix of `text` that holds every byte
+    the first t + 1 tokens produced; token_bytes[t] = E_t − E_{t−1}. Only for ids whose bytes are valid UTF-8."""
+    dec, special = _byte_decoder(), set(tok.all_special_ids)
+    raw = [b"" if i in special else bytes(dec[c] for c in tok.convert_ids_to_tokens(i)) for i in ids]
+    text = b"".join(raw).decode("utf-8")
+    bounds = [0, *accumulate(len(ch.encode()) for ch in text)]
+    ends, produced = [], 0
+    for r in raw:
+        produced += len(r)
+        ends.append(bounds[bisect_left(bounds, produced)])
+    return text, tuple(b - a for a, b in zip([0, *ends[:-1]], ends))
+
+
+def _samplings(tok, text: str, rng: random.Random):
+    """The canonical ids of `text` and non-canonical ones (pieces of the text encoded apart, one character at a time)."""
+    yield tok(text, add_special_tokens=False)["input_ids"]
+    yield [i for ch in text for i in tok(ch, add_special_tokens=False)["input_ids"]]
+    for _ in range(3):
+        cuts = sorted(rng.sample(range(1, len(text)), min(3, len(text) - 1)))
+        yield [i for a, b in zip([0, *cuts], [*cuts, len(text)]) for i in tok(text[a:b], add_special_tokens=False)["input_ids"]]
+
+
+def check_split_characters(tok) -> int:
+    """sender_token_bytes equals §2's rule on texts whose characters the tokenizer splits; returns how many of the
+    samplings split a character over tokens (the case the rule decides)."""
+    rng, split = random.Random(0), 0
+    for text in SPLIT_TEXTS:
+        for ids in _samplings(tok, text, rng):
+            ids = [*ids, tok.eos_token_id]
+            decoded, want = rule_token_bytes(tok, ids)
+            assert decoded == text == tok.decode(ids, skip_special_tokens=True)
+            assert sender_token_bytes(tok, text, ids) == want, (text, ids)
+            split += any(b == 0 for b in want[:-1])
+    return split
+
+
+@pytest.mark.parametrize("which", ["tiny_qwen", "tiny_llama"])
+def test_a_split_character_counts_for_the_token_that_begins_it_as_protocol_2_says(which, request):
+    # before: the offset mapping (canonical ids) gave a split character's bytes to its first token and prefix
+    # decoding (any other sampling) to the token that completes it; PROTOCOL §2 said the latter
+    assert check_split_characters(request.getfixturevalue(which).tokenizer) > 0
+
+
+@pytest.mark.slow
+def test_a_split_character_counts_for_the_token_that_begins_it_in_smollm2():
+    from transformers import AutoTokenizer
+
+    from node.models.load import fetch
+
+    assert check_split_characters(AutoTokenizer.from_pretrained(fetch("smollm2-135m"))) > 0
