@@ -14,7 +14,7 @@ import pytest
 from bench.learning import sharing
 
 SHRINK = ["--set", "tasks.eval_size=4", "--set", "eval.samples=1", "--set", "generation.group_size=4",
-          "--set", "generation.max_new_tokens=16", "--set", "train.micro_batch_rows=32"]
+          "--set", "generation.max_new_tokens=16", "--set", "train.micro_batch_rows=8"]  # a step holds 2 groups of 4 rows at most: one micro-batch
 
 
 def test_smollm2_sharing_bench_runs_arms_a_and_b(tmp_path, monkeypatch):
