@@ -157,7 +157,7 @@ def test_peer_gone_after_announcing_does_not_stall_a_round(swarm3):
         doomed.shutdown()  # the announcement stays in the DHT; the bytes are gone
         b.publish([_record(b.peer_id, 20)])
         got = _take_until(a, lambda d: b.peer_id in [r.peer for r in d.records] and d.drops.get("fetch_failed"),
-                          timeout=20)
+                          timeout=60)  # ≤ 1.2 s when quiet; nothing in 20 s seen under load, on main too
         if doomed.peer_id not in [r.peer for r in got.records]:
             break
     # b's records arrive and the gone peer's bundle is a counted fetch failure
