@@ -153,15 +153,12 @@ def test_at_one_tokenizer_every_signal_trains_the_student_the_same(tmp_path):
     from node.round.loop import run_round
     from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
-    def config(name: str, seed: int, **distill) -> dict:
-        return {
-            "name": name, "seed": seed, "torch_threads": 1, "model": {"spec": "tiny-qwen2"},
-            "tasks": {"datasets": [{"name": "chain_sum", "config": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
-                      "system_prompt": None, "eval_size": 0, "seed": seed},
-            "generation": {"prompts_per_round": 1, "group_size": 4, "max_new_tokens": 8},
-            "select": {"local_groups": 1, "external_groups": 0, "drop_zero_advantage": False},
-            "swarm": {"enabled": True, "wait_s": 0.2}, "eval": {"every": 0}, "checkpoint": {"every": 100},
-            "metrics": {"console": False}, "distill": {"wait_s": 60.0, **distill}}
+    from tests.unit.test_distill_teachers import _config
+
+    def config(name: str, seed: int, **distill) -> dict:  # the teacher tests' node, taking no peers' groups
+        cfg = _config(name, seed, wait_s=60.0, **distill)
+        cfg["select"]["external_groups"] = 0
+        return cfg
 
     def run(signal: str, coef: float):
         hub = InMemoryHub()
