@@ -3,7 +3,7 @@
   peer       starting this process's DHT peer under its identity, and its record validators
   entries    which of one key's signed entries a read keeps (peers in good standing first)
   budget     the DHT requests a node serves each sender
-  searches   no entry kept in the DHT process for every key it ever read (hivemind's pending searches)
+  leaks      what hivemind's DHT process kept forever, dropped (every key it read, every call cancelled)
   expiry     DHT expirations under which a peer's newest announcement always wins
   size       the swarm's size estimated from the DHT's routing table (it sizes the announcement shards)
   bootstrap  a DHT-only bootstrap peer

@@ -38,7 +38,7 @@ from protocols.keys import rollouts_key, window_of
 from swarm.config import SwarmConfig
 from swarm.dht.budget import install as install_sender_budget
 from swarm.dht.entries import pick_entries
-from swarm.dht.searches import install as install_search_pruning
+from swarm.dht.leaks import install as install_leak_fixes
 from swarm.net.identity import (
     ephemeral_identity,
     load_or_create_identity,
@@ -59,8 +59,8 @@ class QuietOrphanDHT(DHT):
     its traceback, then retried until the orphan watchdog stopped it). Here the child asks the kernel
     for SIGTERM when its parent dies (Linux), drops hivemind's log records once it is an orphan, and
     leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first. It also serves
-    each sender's DHT requests within a budget (swarm.dht.budget) and keeps no entry for every key it ever read
-    (swarm.dht.searches). With `pubsub`, its p2pd runs gossipsub
+    each sender's DHT requests within a budget (swarm.dht.budget) and keeps nothing of every key it read or call a
+    peer cancelled (swarm.dht.leaks). With `pubsub`, its p2pd runs gossipsub
     (swarm.net.pubsub.PubsubP2P, bound in this process only to the name hivemind's DHTNode starts p2pd with)."""
 
     def __init__(self, *args, pubsub: bool = False, **kwargs):
@@ -86,7 +86,7 @@ class QuietOrphanDHT(DHT):
             os._exit(0)
         logging.getLogger("hivemind.dht.dht").addFilter(keep)
         install_sender_budget()  # stores and finds served per sender (swarm.dht.budget), in this process only
-        install_search_pruning()  # no entry kept for every key ever read (swarm.dht.searches)
+        install_leak_fixes()  # nothing kept for every key read or call cancelled (swarm.dht.leaks)
         if self.pubsub:
             hivemind.dht.node.P2P = PubsubP2P
         try:
