@@ -164,6 +164,11 @@ class SwarmConfig(BaseModel):
     dht_read_beam: int = Field(0, ge=0, le=64, description="peers a poll read keeps in its DHT search per key "
                                "(hivemind's beam_size); 0 = hivemind's default, its bucket size (20). Each read "
                                "searches for the newest value, so it asks every peer in the beam")
+    dht_max_held_mib: float = Field(32.0, ge=1, le=4096, description="what this peer's DHT process holds for "
+                                    "other peers, at most: each record charged its bytes and hivemind's books of "
+                                    "it (about 2 KiB) until it expires; one sender at most an eighth of it; a value "
+                                    "over 4 KiB or expiring more than 8 days ahead is refused whatever the room "
+                                    "(swarm.dht.holdings; an honest swarm's announcements take well under 1 MiB)")
     max_entries_per_key: int = Field(32, ge=1, le=1024, description="announcements read from one DHT key per "
                                      "poll (a random subset when a shard holds more)")
     serve_max_bytes: int = Field(256 << 20, ge=1 << 20, le=1 << 36, description="memory for our own bundles "

@@ -38,6 +38,7 @@ from protocols.keys import rollouts_key, window_of
 from swarm.config import SwarmConfig
 from swarm.dht.budget import install as install_sender_budget
 from swarm.dht.entries import pick_entries
+from swarm.dht.holdings import install as install_holdings
 from swarm.dht.leaks import install as install_leak_fixes
 from swarm.net.identity import (
     ephemeral_identity,
@@ -59,12 +60,12 @@ class QuietOrphanDHT(DHT):
     its traceback, then retried until the orphan watchdog stopped it). Here the child asks the kernel
     for SIGTERM when its parent dies (Linux), drops hivemind's log records once it is an orphan, and
     leaves with exit code 0 instead of a traceback if the broken pipe ends its loop first. It also serves
-    each sender's DHT requests within a budget (swarm.dht.budget) and keeps nothing of every key it read or call a
-    peer cancelled (swarm.dht.leaks). With `pubsub`, its p2pd runs gossipsub
+    each sender's DHT requests within a budget (swarm.dht.budget), holds within `held_bytes` what peers store at it
+    (swarm.dht.holdings) and keeps nothing of every key it read or call a peer cancelled (swarm.dht.leaks). With `pubsub`, its p2pd runs gossipsub
     (swarm.net.pubsub.PubsubP2P, bound in this process only to the name hivemind's DHTNode starts p2pd with)."""
 
-    def __init__(self, *args, pubsub: bool = False, **kwargs):
-        self.pubsub = pubsub  # set before DHT.__init__ starts the child process
+    def __init__(self, *args, pubsub: bool = False, held_bytes: int = 32 << 20, **kwargs):
+        self.pubsub, self.held_bytes = pubsub, held_bytes  # set before DHT.__init__ starts the child process
         super().__init__(*args, **kwargs)
 
     def run(self) -> None:
@@ -85,6 +86,7 @@ class QuietOrphanDHT(DHT):
         if orphaned():
             os._exit(0)
         logging.getLogger("hivemind.dht.dht").addFilter(keep)
+        install_holdings(self.held_bytes)  # what we hold for other peers, bounded (swarm.dht.holdings)
         install_sender_budget()  # stores and finds served per sender (swarm.dht.budget), in this process only
         install_leak_fixes()  # nothing kept for every key read or call cancelled (swarm.dht.leaks)
         if self.pubsub:
@@ -115,6 +117,12 @@ class BootstrapUnreachable(RuntimeError):
         return cls(f"none of the initial peers answered within {timeout_s:g} s: {', '.join(peers)}; "
                    "check the addresses (copy one line printed by `swarm bootstrap`) and that the peer is running, "
                    "or start one with `swarm bootstrap`")
+
+
+# hivemind's caching of what reads find, off: every read of ours asks for the newest value (read_keys, expiry), which a
+# cached copy never is, so the local cache only held a copy of every dictionary read — with the expiration the
+# answering replica chose — and the copies pushed to the nearest peer after each read were stores of ours at others
+DHT_CACHE = {"cache_locally": False, "cache_nearest": 0}
 
 
 def network_options(cfg: SwarmConfig) -> dict:
@@ -165,7 +173,7 @@ def _start(cfg: SwarmConfig, identity_path: str, validator: RSASignatureValidato
                                   identity_path=identity_path, startup_timeout=max(left, P2PD_START_S),
                                   bootstrap_timeout=max(left, 1.0), record_validators=[validator, owned_entries(cfg)],
                                   check_if_identity_free=not fresh_identity, pubsub=pubsub,
-                                  **network_options(cfg))
+                                  held_bytes=int(cfg.dht_max_held_mib * 2**20), **DHT_CACHE, **network_options(cfg))
         except Exception as exc:  # hivemind raises RuntimeError / P2PDaemonError / TimeoutError here
             if pubsub and not _bootstrap_failure(exc) and not _daemon_slow(exc):  # p2pd refused its pubsub flags
                 log.warning("p2pd did not start with pubsub (%s); starting it without: announcements go through "
