@@ -120,8 +120,10 @@ class Holdings:
         return self._by_sender.get(sender, 0)
 
     def stats(self) -> dict:
+        """What is held and refused so far (the largest holders, by the last 12 characters of their peer id)."""
+        top = sorted(self._by_sender.items(), key=lambda kv: -kv[1])[:4]
         return {"held_bytes": self.total, "records": len(self._held), "senders": len(self._by_sender),
-                "refused": dict(self.refused)}
+                "refused": dict(self.refused), "top_senders": {k[-12:]: v for k, v in top}}
 
 
 def _records(key: bytes, tag: bytes, value: bytes, expiration: float) -> list[tuple[bytes, bytes, int, float]] | None:

@@ -11,15 +11,17 @@ that the caller gave up on (docs/BENCHMARKS.md §15I).
 - *Cancelled calls.* hivemind's p2pd client serves each incoming unary call (every DHT ping, store and find a peer
   sends) as a task filed under the call's id in `ControlClient._handler_tasks`, and removes it when the handler has
   answered — but not when the caller cancels the call (a DHT request that timed out on its side: the daemon
-  forwards the cancel and the task ends in CancelledError) nor when the protocol has no handler. Each such call
-  stayed there, ≈ 7 KiB with its request, and any peer can send calls and cancel them. Here the task is removed
-  however it ends.
+  forwards the cancel and the task ends in CancelledError, or never runs at all when the cancel comes first) nor
+  when the protocol has no handler. Each such call stayed there, ≈ 7 KiB with its request, and any peer can send
+  calls and cancel them. Here the client's table of tasks drops each task when it ends, however it ends.
 
 `install()` patches both, in the DHT process only (swarm.dht.peer.QuietOrphanDHT.run, before the node starts);
 `pruned_keys` and `dropped_calls` count what each removed there.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from hivemind.dht.node import DHTNode
 from hivemind.p2p.p2p_daemon_bindings.control import ControlClient
@@ -43,15 +45,26 @@ def install() -> None:
         _reuse_finished_search_result.prunes = True
         DHTNode._reuse_finished_search_result = _reuse_finished_search_result
 
-    handle = ControlClient._handle_persistent_request
-    if not getattr(handle, "prunes", False):
-        async def _handle_persistent_request(self, call_id, request) -> None:
-            global dropped_calls
-            try:
-                await handle(self, call_id, request)
-            finally:
-                if self._handler_tasks.pop(call_id, None) is not None:
-                    dropped_calls += 1
+    init = ControlClient.__init__
+    if not getattr(init, "prunes", False):
+        def __init__(self, *args, **kwargs) -> None:
+            init(self, *args, **kwargs)
+            self._handler_tasks = _HandlerTasks()
 
-        _handle_persistent_request.prunes = True
-        ControlClient._handle_persistent_request = _handle_persistent_request
+        __init__.prunes = True
+        ControlClient.__init__ = __init__
+
+
+class _HandlerTasks(dict):
+    """hivemind's ControlClient._handler_tasks, whose tasks leave it when they end, however they end (a task
+    cancelled before it ever ran included: no code of its coroutine runs then)."""
+
+    def __setitem__(self, call_id, task) -> None:
+        super().__setitem__(call_id, task)
+        task.add_done_callback(partial(self._ended, call_id))
+
+    def _ended(self, call_id, task) -> None:
+        global dropped_calls
+        if self.get(call_id) is task:  # hivemind removes the ones its handler answered itself
+            del self[call_id]
+            dropped_calls += 1

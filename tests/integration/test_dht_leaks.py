@@ -6,7 +6,7 @@ and real peers on 127.0.0.1.
   every key a node ever read): reads of 240 distinct keys — found and not found, in batches, and two concurrent gets
   of one key that share a search — answer as before and leave no key behind (before: 240 keys stayed).
 - hivemind's p2pd client kept the task of every incoming call whose caller cancelled it (≈ 7 KiB each): 12 finds a
-  peer gives up on leave nothing behind (before: 12 tasks stayed).
+  peer gives up on leave nothing behind (before: 12 tasks stayed), nor does a call cancelled before it ran.
 """
 
 from __future__ import annotations
@@ -86,6 +86,19 @@ async def _finds_given_up(_dht, node, peer: str, n: int) -> list:
             for i in range(n)]
 
 
+async def _cancelled_before_it_ran(_dht, node) -> bool:
+    """Inside the DHT process: file a call's task as hivemind's p2pd client does, the daemon's cancel arriving
+    before the task ever ran (no code of its coroutine runs then); is it still filed once it has ended?"""
+    import uuid
+
+    tasks = node.p2p._client.control._handler_tasks
+    call_id, task = uuid.uuid4(), asyncio.ensure_future(asyncio.sleep(10))
+    tasks[call_id] = task
+    task.cancel()
+    await asyncio.sleep(0.05)
+    return call_id in tasks
+
+
 def test_calls_a_peer_gives_up_on_leave_nothing_behind(monkeypatch):
     find = DHTProtocol.rpc_find
 
@@ -104,6 +117,7 @@ def test_calls_a_peer_gives_up_on_leave_nothing_behind(monkeypatch):
         answers = caller.run_coroutine(partial(_finds_given_up, peer=dht.peer_id.to_base58(), n=12))
         assert answers == [None] * 12  # each timed out on the caller's side, which cancels the call
         assert (before, _settled(dht)) == (0, 0)  # before swarm.dht.leaks: (1, 13)
+        assert dht.run_coroutine(_cancelled_before_it_ran) is False  # with the first fix alone: True
     finally:
         if caller is not None:
             caller.shutdown()
