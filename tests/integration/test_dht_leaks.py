@@ -7,6 +7,9 @@ and real peers on 127.0.0.1.
   of one key that share a search — answer as before and leave no key behind (before: 240 keys stayed).
 - hivemind's p2pd client kept the task of every incoming call whose caller cancelled it (≈ 7 KiB each): 12 finds a
   peer gives up on leave nothing behind (before: 12 tasks stayed), nor does a call cancelled before it ran.
+- hivemind merged what a read found at other replicas into the reader's own stored dictionary: 20 reads of a key
+  the node holds with 1 entry, another replica with 50, find all 51 each time and leave the node's own value as it
+  was (before: 51 entries and 1,001 expiration-heap entries in the node's storage).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
 from hivemind.p2p import P2PContext
 from hivemind.proto import dht_pb2
+from hivemind.utils.serializer import MSGPackSerializer
 
 from swarm.config import SwarmConfig
 from swarm.dht.bootstrap import start_bootstrap
@@ -122,3 +126,38 @@ def test_calls_a_peer_gives_up_on_leave_nothing_behind(monkeypatch):
         if caller is not None:
             caller.shutdown()
         dht.shutdown()
+
+
+async def _hold(_dht, node, key: str, names: list) -> None:
+    """Inside a DHT process: hold an entry under `key` for each name, as if peers had stored them there."""
+    key_id = DHTID.generate(source=key)
+    for name in names:
+        node.protocol.storage.store_subkey(key_id, name, MSGPackSerializer.dumps(f"value of {name}"), time.time() + 600)
+
+
+async def _stored(_dht, node, key: str) -> tuple[int, int]:
+    """Inside a DHT process: (entries, expiration-heap entries) of the value it holds under `key`."""
+    value = node.protocol.storage.data[DHTID.generate(source=key)].value
+    return len(value.data), len(value.expiration_heap)
+
+
+async def _read(_dht, node, key: str) -> int:
+    """Inside a DHT process: the entries a read of `key` finds (its own and every replica's)."""
+    found = await node.get(key, latest=True)
+    return len(found.value)
+
+
+def test_reads_leave_the_readers_own_stored_value_as_it_was():
+    a, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[], startup_timeout_s=120))
+    b = None
+    try:
+        b, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[str(m) for m in a.get_visible_maddrs()],
+                                              startup_timeout_s=120))
+        a.run_coroutine(partial(_hold, key="shared", names=["own"]))
+        b.run_coroutine(partial(_hold, key="shared", names=[f"other-{i}" for i in range(50)]))
+        assert [a.run_coroutine(partial(_read, key="shared")) for _ in range(20)] == [51] * 20
+        assert a.run_coroutine(partial(_stored, key="shared")) == (1, 1)  # before swarm.dht.leaks: (51, 1001)
+    finally:
+        if b is not None:
+            b.shutdown()
+        a.shutdown()
