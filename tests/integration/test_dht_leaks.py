@@ -61,7 +61,7 @@ def test_reads_of_many_keys_answer_as_before_and_leave_no_key_behind():
         for key in stored[:10] + ["searches-1", "searches-3"]:
             want = f"value of {key}" if key in stored else None
             assert dht.run_coroutine(partial(_twice, key=key)) == [want, want]
-        assert dht.run_coroutine(_kept) == (0, 0)  # before swarm.dht.searches: (240, 0)
+        assert dht.run_coroutine(_kept) == (0, 0)  # before swarm.dht.leaks: (240, 0)
     finally:
         dht.shutdown()
         boot.shutdown()
