@@ -49,15 +49,15 @@ def zstd_ratio(data: bytes) -> float:
 
 def one_step_delta() -> dict:
     """zstd on the lab model's weights before and after one real round (examples/lab-solo.yaml), and on their XOR."""
+    from bench.harness.rounds import play
     from node.node import Node
-    from node.round.loop import run_round
 
     cfg = load_config("examples/lab-solo.yaml", {"eval.every": 0, "eval.at_start": False, "metrics.console": False,
                                                  "checkpoint.every": 10**6, "torch_threads": 1})
     with tempfile.TemporaryDirectory() as tmp:
         node = Node(cfg, tmp)
         before = export_weights(node.model)
-        run_round(node, 0)
+        play(node, [0])
         after = export_weights(node.model)
         node.close()
     xor = (np.frombuffer(before, np.uint8) ^ np.frombuffer(after, np.uint8)).tobytes()

@@ -1,5 +1,6 @@
 """What the bench scripts share; a script imports these and the project's packages, never another script.
 
+    rounds.py      QUIET / quiet, a measured node's options, and play: a bench node's rounds, in order, timed
     swarm.py       run_swarm: N nodes in one process on the in-memory transport, round by round
     teachers.py    the teacher bench's pairings and arms, run_one (a student beside its frozen teacher or a peer)
                    and teacher_dir (the frozen teacher, trained once and cached)

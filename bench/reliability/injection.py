@@ -113,6 +113,7 @@ from bench.harness.output import (
     write_json,
 )
 from bench.harness.pool import run_jobs
+from bench.harness.rounds import play, quiet
 from bench.harness.stats import fields, paired_fields
 
 RESULTS = results_dir("reliability")
@@ -199,14 +200,12 @@ def run_one(job: dict) -> dict:
 
     from node.config import load_config
     from node.node import Node
-    from node.round.loop import run_round
     from swarm.exchange.memory import InMemoryHub, InMemoryTransport
 
     torch.set_num_threads(1)
     seed, rounds = job["seed"], job["rounds"]
-    opts = {"name": "receiver", "seed": 100 * seed, "tasks.seed": 100 * seed, "rounds": rounds, "torch_threads": 1,
-            "eval.every": 0, "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True,
-            **job["common"], **(job["overrides"] or {})}
+    opts = quiet(**{"name": "receiver", "seed": 100 * seed, "tasks.seed": 100 * seed, "rounds": rounds,
+                    "swarm.enabled": True, **job["common"], **(job["overrides"] or {})})
     started = time.perf_counter()
     hub = InMemoryHub()
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,17 +217,22 @@ def run_one(job: dict) -> dict:
             before = node.evaluate_items()
             first, first_token = prefix_logprob(node, job["prefix"], job["prompts"])
             curve = [(0, statistics.fmean(first))]
-            external, floored, trained, sent = 0, [], 0, 0
-            for r in range(rounds):
+            floored, sent = [], []
+
+            def inject(r: int) -> None:
                 if injector is not None:
-                    sent += injector.publish(r)
-                m = run_round(node, r)
-                external += m["groups_external"]
-                trained += m["tokens_trained"] or 0
+                    sent.append(injector.publish(r))
+
+            def read(r: int, m: dict) -> None:
                 if m.get("floored_share_external") is not None and m["groups_external"]:
                     floored.append(m["floored_share_external"])
                 if (r + 1) % job["every"] == 0 or r + 1 == rounds:
                     curve.append((r + 1, statistics.fmean(prefix_logprob(node, job["prefix"], job["prompts"])[0])))
+
+            played = play(node, range(rounds), before=inject, after=read)
+            external = sum(p.metrics["groups_external"] for p in played)
+            trained = sum(p.metrics["tokens_trained"] or 0 for p in played)
+            sent = sum(sent)
             last, last_token = prefix_logprob(node, job["prefix"], job["prompts"])
             after = node.evaluate_items()
         finally:

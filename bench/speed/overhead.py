@@ -4,8 +4,8 @@ Two solo nodes are built from the same config and seed (so they start from the s
 the same torch RNG state, each node keeping its own RNG state) and take turns, round by round, so
 both see the same machine load:
 
-  framework   node A: `run_round(node, r)`, timed from outside (tasks, generation, verification,
-              records, selection, rows, train step, metrics line + JSONL fsync, everything)
+  framework   node A: `run_round(node, r)` through bench.harness.rounds.play, timed from outside (tasks,
+              generation, verification, records, selection, rows, train step, metrics line + JSONL fsync, everything)
   raw         node B: the same tasks, prompts and selection prepared *untimed*; only
               `generator.generate(prompts, n=G)` and `train_step(...)` are timed
 
@@ -31,10 +31,10 @@ import torch
 
 from bench.harness.models import CHAIN_SUM, model_cached, set_threads, system_prompt_for
 from bench.harness.output import results_dir, table, write_json
+from bench.harness.rounds import play
 from node.config import parse_config
 from node.node import Node
 from node.round.groups import verify_group
-from node.round.loop import run_round
 from node.round.train import build_rows, train_step
 
 RESULTS = results_dir("speed")
@@ -74,10 +74,9 @@ class Clocked:
 
 
 def framework_round(node: Node, r: int) -> dict:
-    t0 = time.perf_counter()
-    m = run_round(node, r)
-    g = node.cfg.generation
-    return {"wall_s": time.perf_counter() - t0, "gen_s": m["gen_s"], "step_s": m["step_s"],
+    (played,) = play(node, [r])
+    m, g = played.metrics, node.cfg.generation
+    return {"wall_s": played.wall_s, "gen_s": m["gen_s"], "step_s": m["step_s"],
             "reward_mean": m["reward_mean"],
             "tokens": round(m["completion_len_mean"] * g.prompts_per_round * g.group_size)}
 

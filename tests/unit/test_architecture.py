@@ -148,6 +148,16 @@ def test_bench_scripts_import_only_the_harness():
     assert not bad, f"bench scripts importing other scripts: {bad}"
 
 
+def test_no_bench_script_runs_its_own_round_loop():
+    """A bench script plays a node's rounds through the harness (bench.harness.rounds.play, run_swarm, the teacher
+    bench's run_one), never by importing node.round.loop itself: how a bench node runs is in one place."""
+    bad = sorted(m for m, deps in import_graph(type_checking=True).items()
+                 if m.startswith("bench.") and not m.startswith("bench.harness") and "node.round.loop" in deps)
+    assert not bad, f"bench scripts calling run_round themselves: {bad}"
+    assert "node.round.loop" in import_graph(type_checking=True)["bench.harness.rounds"]  # the check sees a
+    # function-level import, which is how the harness (and the scripts that did this) import it
+
+
 def test_layers_point_one_way():
     bad = [(m, n) for m, deps in import_graph().items() for n in deps
            if n.split(".")[0] != m.split(".")[0] and n.split(".")[0] not in ALLOWED[m.split(".")[0]]]
