@@ -34,7 +34,7 @@ With one token per chunk (the same tokenizer) d_c = d_t.
 
 How the chunk's gap reaches its tokens is `signal` (`distill.cross_signal`; all three are the one-token gap d_t
 when every chunk is one token and no token is marked EOS or OFF_SPLIT, so the id path — one tokenizer, which marks
-none — is the same under each: tests/unit/test_distill_signal.py; the byte path at one tokenizer, `send_ids` false,
+none — is the same under each: tests/unit/node/test_distill_signal.py; the byte path at one tokenizer, `send_ids` false,
 marks them and differs there):
 - `chunk` (today's default): d_c on every token of c, as above; our final EOS inside the gap (the byte path's
   `requester` split scores the teacher's EOS against it as a chunk of its own).

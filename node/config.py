@@ -110,7 +110,7 @@ def precision_note(cfg: NodeConfig) -> str | None:
     """A warning when full fine-tuning stores bfloat16 weights at a learning rate whose AdamW updates mostly round
     away (None otherwise). AdamW moves a weight by about `lr` a step; a bfloat16 weight w changes only when that
     exceeds half its rounding step, |w|·2⁻⁹: at lr 1e-5 no weight above ≈ 0.005 in magnitude moves, at 1e-6 none
-    above ≈ 0.0005 — most of a model's (tests/unit/test_device.py measures it). LoRA keeps its adapter in float32."""
+    above ≈ 0.0005 — most of a model's (tests/unit/node/test_device.py measures it). LoRA keeps its adapter in float32."""
     if cfg.model.dtype != "bfloat16" or cfg.model.lora is not None or cfg.train.lr > 1e-5 or cfg.train.lr == 0:
         return None
     return (f"full fine-tuning of bfloat16 weights at train.lr {cfg.train.lr:g}: most AdamW updates are smaller "

@@ -27,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("4.57.1", "5.0.0")  # pyproject.toml's floor (>=4.57) and the first 5.x
-TESTS = ["tests/unit/test_decode_versions.py", "tests/unit/test_decode_loop.py", "tests/unit/test_device.py",
-         "tests/unit/test_vocab_memory.py", "tests/unit/test_node_train.py"]
+TESTS = ["tests/unit/node/test_decode_versions.py", "tests/unit/node/test_decode_loop.py", "tests/unit/node/test_device.py",
+         "tests/unit/node/test_vocab_memory.py", "tests/unit/node/test_node_train.py"]
 
 
 def sh(cmd: list, **kw) -> subprocess.CompletedProcess:

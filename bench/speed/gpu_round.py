@@ -14,7 +14,7 @@ that one which fails or runs out of memory is recorded as such and the others st
                  without the last sync the optimizer step's kernels are still running when the clock stops)
 
 `SWARM_BENCH_FAIL=<scenario>[:oom]` makes that scenario raise at its start (a RuntimeError, or
-torch.OutOfMemoryError with `:oom`): how tests/unit/test_gpu_targets.py checks the isolation on a CPU.
+torch.OutOfMemoryError with `:oom`): how tests/unit/bench/test_gpu_targets.py checks the isolation on a CPU.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ valid). The training model's own weights are never touched — merging and unmer
 drift a bfloat16 base by a rounding error every round.
 
 Precision: in float32 the merged model's log-probabilities equal the adapter's to float error
-(tests/unit/test_decode_loop.py). On a bfloat16 (or float16) base the merged weight is rounded to
+(tests/unit/node/test_decode_loop.py). On a bfloat16 (or float16) base the merged weight is rounded to
 that dtype, so an adapter update smaller than half a rounding step of a weight is not seen by
 generation until it grows; the recorded log μ is the merged model's (the distribution actually
 sampled), so the importance ratio accounts for the difference. `generation.hf.merge_lora: false`

@@ -7,7 +7,7 @@ completion gets ratio exp(logp − logp_beh) = 1 up to float error. Rows are pac
 Memory: logits are computed only where a completion token is predicted, and there only in chunks
 of rows that hold at most `LOGIT_CHUNK_BYTES` of float32 logits (64 MiB, on a CPU and a GPU alike: a chunk
 peaks at about 3× its size without gradients and 4× with them — 1 GiB at 256 MiB, measured by
-tests/unit/test_vocab_memory.py — and 64 MiB is still a 110 × hidden × 151,936 matrix product,
+tests/unit/node/test_vocab_memory.py — and 64 MiB is still a 110 × hidden × 151,936 matrix product,
 enough to keep a GPU busy): the model's body gives the hidden
 states [B, S, H], the positions that predict completion tokens are picked out ([N, H], N real
 completion tokens), and each chunk goes through the output head, the temperature and a float32

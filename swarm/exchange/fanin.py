@@ -27,7 +27,7 @@ twice the budget's new candidates arrive in a window by push or gossip (`_oversu
 at the budget's own rate, FRESH_BURST at once at most (a swarm.bucket.TokenBucket), while a fresh candidate waits
 for the pace no older one takes its room, and a slot that frees with nothing fresh waiting is kept for a fresh one up
 to `fresh_limit` before an older one takes it: the choices spread over the window, every moment of it is within
-the fresh age of one of them, and fairness among the fresh ones rotates the peers (tests/unit/test_fresh_first.py).
+the fresh age of one of them, and fairness among the fresh ones rotates the peers (tests/unit/swarm/test_fresh_first.py).
 A swarm whose announcements the budget can take is not paced: each is chosen as it arrives. Older candidates are
 never paced, and when none is fresh the order is exactly the fair one it was before, with the same draws of the rng:
 the deterministic twin, whose every candidate is a round old, chooses as before.

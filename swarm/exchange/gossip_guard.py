@@ -29,7 +29,7 @@ judges a signer by that alone:
                 reason (swarm.exchange.receive) and the Inbox dedups it.
 
 Bounded: the seen-cache holds at most MAX_SEEN digests (2.5 MiB at that bound with its books, measured by
-tests/unit/test_gossip_guard.py; the oldest go first, and one forgotten early is counted again if it comes back, never
+tests/unit/swarm/test_gossip_guard.py; the oldest go first, and one forgotten early is counted again if it comes back, never
 twice at once, since a signer's count is the number of its entries held), the per-slot counts exist only for entries
 held, and at most MAX_BANNED signers are banned at once (past that, the ban that ends first goes). Work per message:
 one decode of a value ≤ 1 KiB and O(1) amortised book-keeping (≈ 20 µs here).

@@ -29,8 +29,8 @@ from swarm.exchange.push import receive_push
 from swarm.exchange.standing import BACKOFF, NEW
 from swarm.exchange.transport import Inbox, Limits, make_bundle
 from swarm.net.wire import FetchError, decode_request, encode_request
-from tests.unit.test_push_and_peers import _record
-from tests.unit.test_wire import _frames, _Writer
+from tests.unit.swarm.test_push_and_peers import _record
+from tests.unit.protocols.test_wire import _frames, _Writer
 
 SHA_A = "a" * 64
 PEER = "QmPusher"

@@ -24,7 +24,7 @@ from tests.compose.stack import (
     prom_query,
     runnable,
 )
-from tests.unit.test_grafana import dashboard, queries
+from tests.unit.ops.test_grafana import dashboard, queries
 
 
 def _time(stamp: str) -> datetime:

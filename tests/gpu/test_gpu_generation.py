@@ -23,7 +23,7 @@ from node.round.config import TrainConfig
 from node.round.memory import plan_memory, step_cost
 from node.round.scoring import TokenRow, score_rows
 from node.round.train import Row, loss_inputs
-from tests.unit.test_decode_loop import _ids, _max_ratio_error, _prompts, greedy_matches_generate
+from tests.unit.node.test_decode_loop import _ids, _max_ratio_error, _prompts, greedy_matches_generate
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda", 0)
@@ -124,7 +124,7 @@ def test_the_reserve_covers_what_the_loop_keeps(qwen):
 
 
 def test_the_authors_code_filter_on_cuda():
-    from tests.unit.test_losses_gradients import filter_inputs
+    from tests.unit.losses.test_losses_gradients import filter_inputs
 
     inputs = filter_inputs()
     for k, v in vars(inputs).items():

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.browser import Browser, chromium_path
-from tests.unit.test_grafana import dashboard as grafana_dashboard
-from tests.unit.test_grafana import metric_names, queries
+from tests.unit.ops.test_grafana import dashboard as grafana_dashboard
+from tests.unit.ops.test_grafana import metric_names, queries
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from node.round.loop import run_round
 from protocols.score import ScoreCompletion, ScoreRequest, encode_score_request
 from swarm.exchange.scoring import HivemindScoreLink, ScoreFailed
 from tests.integration.conftest import transport_swarm
-from tests.unit.test_distill_serve import _hostile
+from tests.unit.node.test_distill_serve import _hostile
 
 pytestmark = pytest.mark.integration
 BASE = {"swarm.enabled": True, "eval.every": 0, "eval.at_start": False, "metrics.console": False, "torch_threads": 1,

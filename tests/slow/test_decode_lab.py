@@ -9,7 +9,7 @@ from node.models.config import ModelConfig
 from node.models.load import load_model
 from node.tasks.config import DatasetSpec, TaskConfig
 from node.tasks.source import TaskSource, render_prompt
-from tests.unit.test_decode_loop import greedy_matches_generate
+from tests.unit.node.test_decode_loop import greedy_matches_generate
 
 pytestmark = pytest.mark.slow
 

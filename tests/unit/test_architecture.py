@@ -269,3 +269,12 @@ def test_the_side_door_check_sees_each_kind():
     assert [f.split(":")[0] for f in transport_side_doors(ast.parse(code))] == ["1", "3", "4", "5", "6", "7"]
     assert transport_side_doors(ast.parse("from swarm.exchange.scoring import ScoreFailed\n"
                                           "from swarm.exchange.transport import Transport\n")) == []
+
+
+def test_unit_tests_live_in_their_rooms():
+    """tests/unit holds one folder per room it tests (protocols, losses, swarm, node, ops, bench); only the
+    whole-repository checks sit at its top."""
+    top = sorted(p.name for p in (ROOT / "tests" / "unit").glob("test_*.py"))
+    assert top == ["test_architecture.py", "test_maps.py"], f"unit tests outside a room's folder: {top}"
+    rooms = sorted(p.name for p in (ROOT / "tests" / "unit").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert rooms == sorted(["bench", "losses", "node", "ops", "protocols", "swarm"])

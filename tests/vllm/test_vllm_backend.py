@@ -5,7 +5,7 @@ own copy: the weight-sync test trains it.
 
 Tolerance: vLLM's per-token sampling logprobs vs the HF scoring forward pass of the same float32
 weights, both log_softmax(logits / T): measured max |Δ| = 4.8e-7 (1.8e-6 after a weight sync) on
-this CPU; asserted ≤ 1e-4, the same bound as the HF backend's own test (tests/unit/test_node_train.py).
+this CPU; asserted ≤ 1e-4, the same bound as the HF backend's own test (tests/unit/node/test_node_train.py).
 """
 
 from __future__ import annotations
