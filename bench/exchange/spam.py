@@ -15,6 +15,11 @@ on a fresh swarm and bootstrap, the same `--duration` measured after a `--warmup
     spam+guard   the same spammer; every peer's guard with `swarm.gossip_ban_s` 300 (since issue 49 a ban drops the
                  signer's gossip unread and disconnects no one, and the bootstrap judges no one: the results of
                  docs/BENCHMARKS.md §16D were measured before, with bans that also disconnected, on the bootstrap too)
+    fresh+guard  the same rate, each announcement under a fresh identity (a new ed25519 key per message, naming
+                 itself as `peer`), written as raw gossipsub RPCs (`/meshsub/1.1.0`) by a plain p2pd (no pubsub of
+                 its own) connected to every peer the extra peer's daemon sees on the topic — as a flood-publishing
+                 daemon would send it; the guard at 300 s. Each message is ≈ 500 bytes shorter than a loud one (an
+                 ed25519 signature and no key field, against an RSA key and signature)
     dht          no gossip at all (`swarm.gossip` off, the bootstrap relays nothing): every peer polls the DHT at
                  the full rate, the floor a peer that leaves the topic falls back to
 
@@ -30,13 +35,14 @@ Per honest peer, over the measured seconds:
 
 and the guard's counter (bans), the drops by reason, and the ratio of each arm's mean to `none`'s.
 
-    python -m bench.exchange.spam [--arms none spam spam+guard dht] [--duration 90] [--period 10]
+    python -m bench.exchange.spam [--arms none spam spam+guard fresh+guard dht] [--duration 90] [--period 10]
                                   [--factor 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -52,9 +58,10 @@ from pathlib import Path
 from bench.harness.output import results_dir, table, write_json
 
 RESULTS = results_dir("exchange")
-# arm → (gossip, spams, gossip_ban_s)
-ARMS = {"none": (True, False, 0.0), "spam": (True, True, 0.0), "spam+guard": (True, True, 300.0),
-        "dht": (False, False, 0.0)}
+# arm → (gossip, spam: "" none, "loud" one identity, "fresh" a fresh identity per message, gossip_ban_s)
+ARMS = {"none": (True, "", 0.0), "spam": (True, "loud", 0.0), "spam+guard": (True, "loud", 300.0),
+        "fresh+guard": (True, "fresh", 300.0), "dht": (False, "", 0.0)}
+MESHSUB = "/meshsub/1.1.0"
 METRICS = ("gossip_msgs_per_s", "gossip_kib_per_s", "p2pd_kib_per_s", "bundle_kib_per_s")
 SAMPLE_S = 2.0
 
@@ -100,6 +107,86 @@ def spam(t, t0: float, args, log: dict) -> None:
     log["spam"] = {"published": n, "failed": failed, "per_s": n / args.duration}
 
 
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def fresh_message(topic: str, data_of) -> bytes:
+    """One varint-framed gossipsub RPC publishing a message signed by a new ed25519 identity: go-libp2p-pubsub's
+    signature ("libp2p-pubsub:" + the message without signature and key), the key inlined in the peer id."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    from hivemind.p2p.p2p_daemon_bindings.datastructures import PeerID
+    from hivemind.proto import crypto_pb2
+    from hivemind.proto import p2pd_pb2 as pb
+
+    key = Ed25519PrivateKey.generate()
+    public = crypto_pb2.PublicKey(key_type=crypto_pb2.Ed25519,
+                                  data=key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).SerializeToString()
+    peer_id = b"\x00" + _uvarint(len(public)) + public  # identity multihash: the peer id of an ed25519 key
+    msg = pb.PSMessage(data=data_of(PeerID(peer_id).to_base58()), seqno=secrets.token_bytes(8), topicIDs=[topic])
+    setattr(msg, "from", peer_id)
+    msg.signature = key.sign(b"libp2p-pubsub:" + msg.SerializeToString())
+    body = msg.SerializeToString()
+    rpc = b"\x12" + _uvarint(len(body)) + body  # RPC field 2: publish
+    return _uvarint(len(rpc)) + rpc
+
+
+async def _fresh_spam(t, t0: float, args, log: dict) -> None:
+    """The `fresh` spammer on the transport's loop: a plain p2pd dials every peer the transport's daemon sees on the
+    topic, opens one raw gossipsub stream to each and writes each fresh-identity message to all of them."""
+    from hivemind.p2p import P2P
+    from hivemind.p2p.p2p_daemon_bindings.datastructures import PeerID
+    from protocols.announce import encode_announcement
+    from protocols.keys import window_of
+    from protocols.records import Announcement
+
+    topic = t.gossip.plan.home
+    raw = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], dht_mode="client", auto_nat=False,
+                           nat_port_map=False, startup_timeout=60)
+    streams, n, failed = [], 0, 0
+    try:
+        addrs = {p.peer_id.to_base58(): p.addrs for p in await t.p2p.list_peers()}
+        for pid in await t.gossip.pubsub.peers(topic):
+            if pid in addrs:
+                await raw._client.connect(PeerID.from_base58(pid), addrs[pid])
+                streams.append((await raw._client.stream_open(PeerID.from_base58(pid), [MESHSUB]))[2])
+        every = args.period / (args.factor - 1)
+        while (at := t0 + n * every) < t0 + args.duration:
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            now = time.time()
+
+            def value(peer: str) -> bytes:
+                return encode_announcement(Announcement(
+                    peer=peer, window=window_of(now, t.cfg.window_s), count=64, nbytes=9000 + n % 100,
+                    sha256=secrets.token_hex(32), policy_version=n, created_at=now, addrs=t.addrs))
+
+            frame = fresh_message(topic, value)
+            for s in streams:
+                try:
+                    s.write(frame)
+                    await s.drain()
+                except (ConnectionError, OSError):  # counted: a stream the receiver reset
+                    failed += 1
+            n += 1
+    finally:
+        for s in streams:
+            s.close()
+        await raw.shutdown()
+    log["spam"] = {"published": n, "failed": failed, "per_s": n / args.duration, "identities": n,
+                   "streams": len(streams), "message_bytes": len(frame) if n else 0}
+
+
+def spam_fresh(t, t0: float, args, log: dict) -> None:
+    time.sleep(max(0.0, t0 - time.monotonic()))
+    t.run_on_loop(_fresh_spam(t, t0, args, log), args.duration + 120)
+
+
 def sample_connected(peers, spammer: str, t0: float, until: float, samples: dict) -> None:
     """Every SAMPLE_S: is each peer's p2pd connected to the spammer?"""
     time.sleep(max(0.0, t0 - time.monotonic()))
@@ -137,7 +224,8 @@ def worker(args) -> None:
     threads = [threading.Thread(target=run_peer, args=(t, t0, rounds, args.period, log, random.Random(t.peer_id)))
                for t in peers]
     if args.spam:
-        threads.append(threading.Thread(target=spam, args=(peers[0], t0, args, log)))
+        threads.append(threading.Thread(target=spam if args.spam == "loud" else spam_fresh,
+                                        args=(peers[0], t0, args, log)))
     if args.spammer:
         threads.append(threading.Thread(target=sample_connected, args=(peers, args.spammer, t0, t0 + args.duration,
                                                                        log["connected"])))
@@ -157,14 +245,14 @@ def worker(args) -> None:
 
 # ---------------------------------------------------------------- orchestrator
 
-def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams: bool = False,
+def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams: str = "",
            spammer: str = "") -> subprocess.Popen:
     gossip, _, ban_s = ARMS[arm]
     cmd = [sys.executable, "-m", "bench.exchange.spam", "--worker", "--peers", str(n), "--initial-peer", maddr,
            "--swarm-id", swarm_id, "--ban-s", str(ban_s), "--out", out, "--duration", str(args.duration),
            "--period", str(args.period), "--factor", str(args.factor)]
     cmd += ["--gossip"] if gossip else []
-    return subprocess.Popen(cmd + (["--spam"] if spams else []) + (["--spammer", spammer] if spammer else []),
+    return subprocess.Popen(cmd + (["--spam", spams] if spams else []) + (["--spammer", spammer] if spammer else []),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -245,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)
     ap.add_argument("--swarm-id", help=argparse.SUPPRESS)
     ap.add_argument("--ban-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--spam", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spam", default="", choices=["", "loud", "fresh"], help=argparse.SUPPRESS)
     ap.add_argument("--gossip", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--spammer", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
