@@ -6,5 +6,6 @@
     crowded_shard      does a bundle reach a node when throwaway identities fill its announcement key
     wire_bytes         bytes on the wire per generated token for real rollouts
     weight_broadcast   a learner's weights to its samplers: bytes and seconds
-    spam               a gossip peer publishing 100× its share: honest peers' traffic, with and without the guard
+    spam               a gossip peer publishing 100× its share (one identity, or a fresh one per message): honest
+                       peers' traffic, with and without the guard
 """

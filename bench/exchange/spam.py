@@ -31,12 +31,14 @@ Per honest peer, over the measured seconds:
                          system call of the daemon, network and its control socket together (p2pd has no traffic
                          counters; a proxy of what the peer carries, gossip forwarding included)
     bundle_kib_per_s     bundle bytes it fetched (Delivery.bytes)
+    bundle_kib_per_s_spammed  the same over the rounds that start once the spammer runs (`--spam-after` s into
+                         the measured time; 0: all of them)
     spammer_connected    share of samples (every 2 s) in which its p2pd had a connection to the extra peer
 
 and the guard's counter (bans), the drops by reason, and the ratio of each arm's mean to `none`'s.
 
     python -m bench.exchange.spam [--arms none spam spam+guard fresh+guard dht] [--duration 90] [--period 10]
-                                  [--factor 100]
+                                  [--factor 100] [--spam-after 0]
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def spam(t, t0: float, args, log: dict) -> None:
     every = args.period / (args.factor - 1)
     n, futures = 0, []
     while True:
-        at = t0 + n * every
+        at = t0 + args.spam_after + n * every
         if at >= t0 + args.duration:
             break
         time.sleep(max(0.0, at - time.monotonic()))
@@ -104,7 +106,7 @@ def spam(t, t0: float, args, log: dict) -> None:
             f.result(30)
         except Exception:  # counted: a refused or timed-out publish
             failed += 1
-    log["spam"] = {"published": n, "failed": failed, "per_s": n / args.duration}
+    log["spam"] = {"published": n, "failed": failed, "per_s": n / (args.duration - args.spam_after)}
 
 
 def _uvarint(n: int) -> bytes:
@@ -157,7 +159,7 @@ async def _fresh_spam(t, t0: float, args, log: dict) -> None:
                 await raw._client.connect(PeerID.from_base58(pid), addrs[pid])
                 streams.append((await raw._client.stream_open(PeerID.from_base58(pid), [MESHSUB]))[2])
         every = args.period / (args.factor - 1)
-        while (at := t0 + n * every) < t0 + args.duration:
+        while (at := t0 + args.spam_after + n * every) < t0 + args.duration:
             await asyncio.sleep(max(0.0, at - time.monotonic()))
             now = time.time()
 
@@ -178,12 +180,12 @@ async def _fresh_spam(t, t0: float, args, log: dict) -> None:
         for s in streams:
             s.close()
         await raw.shutdown()
-    log["spam"] = {"published": n, "failed": failed, "per_s": n / args.duration, "identities": n,
+    log["spam"] = {"published": n, "failed": failed, "per_s": n / (args.duration - args.spam_after), "identities": n,
                    "streams": len(streams), "message_bytes": len(frame) if n else 0}
 
 
 def spam_fresh(t, t0: float, args, log: dict) -> None:
-    time.sleep(max(0.0, t0 - time.monotonic()))
+    time.sleep(max(0.0, t0 + args.spam_after - time.monotonic()))
     t.run_on_loop(_fresh_spam(t, t0, args, log), args.duration + 120)
 
 
@@ -250,7 +252,7 @@ def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams
     gossip, _, ban_s = ARMS[arm]
     cmd = [sys.executable, "-m", "bench.exchange.spam", "--worker", "--peers", str(n), "--initial-peer", maddr,
            "--swarm-id", swarm_id, "--ban-s", str(ban_s), "--out", out, "--duration", str(args.duration),
-           "--period", str(args.period), "--factor", str(args.factor)]
+           "--period", str(args.period), "--factor", str(args.factor), "--spam-after", str(args.spam_after)]
     cmd += ["--gossip"] if gossip else []
     return subprocess.Popen(cmd + (["--spam", spams] if spams else []) + (["--spammer", spammer] if spammer else []),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -283,13 +285,15 @@ def run_arm(arm: str, args) -> dict:
                 p.kill()
         boot.shutdown()
     extra_log, honest_log = (json.loads(Path(o).read_text()) for o in outs)
-    return {**summarise(arm, extra_log, honest_log, ban_s, extra["ready"][0]), "gossip": gossip}
+    return {**summarise(arm, extra_log, honest_log, ban_s, extra["ready"][0], args), "gossip": gossip}
 
 
-def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, spammer: str) -> dict:
+def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, spammer: str, args) -> dict:
     bundle_bytes: dict[str, int] = {}
-    for peer, _, nbytes, *_ in honest_log["rounds"]:
+    spammed = 0  # bundle bytes of the rounds that start once the spammer runs (--spam-after)
+    for peer, r, nbytes, *_ in honest_log["rounds"]:
         bundle_bytes[peer] = bundle_bytes.get(peer, 0) + nbytes
+        spammed += nbytes if r * args.period >= args.spam_after else 0
     rows = []
     for peer, s in honest_log["peers"].items():
         a, b = s["before"], s["after"]
@@ -306,6 +310,7 @@ def summarise(arm: str, extra_log: dict, honest_log: dict, ban_s: float, spammer
     extra_wall = x["after"]["t"] - x["before"]["t"]
     return {"arm": arm, "gossip_ban_s": ban_s, "honest_peers": len(rows),
             **{m: statistics.fmean(r[m] for r in rows) for m in METRICS},
+            "bundle_kib_per_s_spammed": spammed / 1024 / len(rows) / (args.duration - args.spam_after),
             "spammer_connected": _mean([r["spammer_connected"] for r in rows]),
             "bans": sum(r["banned"] for r in rows),
             "banned_at_end": sum(r["spammer_banned_at_end"] for r in rows),
@@ -328,6 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds after every peer started, before measuring")
     ap.add_argument("--period", type=float, default=10.0, help="seconds between an honest peer's publishes")
     ap.add_argument("--factor", type=int, default=100, help="the spammer's rate over an honest peer's")
+    ap.add_argument("--spam-after", type=float, default=0.0,
+                    help="seconds into the measured time before the spammer starts (honest peers earn standing first)")
     ap.add_argument("--out", default="spam")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)
@@ -348,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         r["ratio_to_none"] = {m: r[m] / base[m] for m in METRICS if base and base[m]} if base else {}
     print(table([{**r, **{f"{m}_ratio": r["ratio_to_none"].get(m) for m in METRICS}} for r in rows],
-                ["arm", *METRICS, "p2pd_kib_per_s_ratio", "gossip_kib_per_s_ratio", "spammer_connected", "bans"]))
+                ["arm", *METRICS, "bundle_kib_per_s_spammed", "p2pd_kib_per_s_ratio", "spammer_connected", "bans"]))
     for r in rows:
         print(f"{r['arm']}: drops {r['drops']}, extra peer {r['extra_peer']}")
     print(f"wrote {write_json(args.out, {'args': vars(args), 'arms': rows}, RESULTS)}")
