@@ -16,10 +16,11 @@ on a fresh swarm and bootstrap, the same `--duration` measured after a `--warmup
                  signer's gossip unread and disconnects no one, and the bootstrap judges no one: the results of
                  docs/BENCHMARKS.md §16D were measured before, with bans that also disconnected, on the bootstrap too)
     fresh+guard  the same rate, each announcement under a fresh identity (a new ed25519 key per message, naming
-                 itself as `peer`), written as raw gossipsub RPCs (`/meshsub/1.1.0`) by a plain p2pd (no pubsub of
-                 its own) connected to every peer the extra peer's daemon sees on the topic — as a flood-publishing
-                 daemon would send it; the guard at 300 s. Each message is ≈ 500 bytes shorter than a loud one (an
-                 ed25519 signature and no key field, against an RSA key and signature)
+                 itself as `peer` and the extra peer's addresses, or none with `--fresh-addrs none`), written as raw
+                 gossipsub RPCs (`/meshsub/1.1.0`) by a plain p2pd (no pubsub of its own) connected to every peer the
+                 extra peer's daemon sees on the topic — as a flood-publishing daemon would send it; the guard at
+                 300 s. Each message is ≈ 500 bytes shorter than a loud one (an ed25519 signature and no key field,
+                 against an RSA key and signature)
     dht          no gossip at all (`swarm.gossip` off, the bootstrap relays nothing): every peer polls the DHT at
                  the full rate, the floor a peer that leaves the topic falls back to
 
@@ -128,8 +129,8 @@ def fresh_message(topic: str, data_of) -> bytes:
     from hivemind.proto import p2pd_pb2 as pb
 
     key = Ed25519PrivateKey.generate()
-    public = crypto_pb2.PublicKey(key_type=crypto_pb2.Ed25519,
-                                  data=key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).SerializeToString()
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    public = crypto_pb2.PublicKey(key_type=crypto_pb2.Ed25519, data=raw).SerializeToString()
     peer_id = b"\x00" + _uvarint(len(public)) + public  # identity multihash: the peer id of an ed25519 key
     msg = pb.PSMessage(data=data_of(PeerID(peer_id).to_base58()), seqno=secrets.token_bytes(8), topicIDs=[topic])
     setattr(msg, "from", peer_id)
@@ -166,7 +167,8 @@ async def _fresh_spam(t, t0: float, args, log: dict) -> None:
             def value(peer: str) -> bytes:
                 return encode_announcement(Announcement(
                     peer=peer, window=window_of(now, t.cfg.window_s), count=64, nbytes=9000 + n % 100,
-                    sha256=secrets.token_hex(32), policy_version=n, created_at=now, addrs=t.addrs))
+                    sha256=secrets.token_hex(32), policy_version=n, created_at=now,
+                    addrs=t.addrs if args.fresh_addrs == "own" else ""))
 
             frame = fresh_message(topic, value)
             for s in streams:
@@ -223,8 +225,8 @@ def worker(args) -> None:
     log: dict = {"publishes": [], "rounds": [], "drops": {}, "connected": {}}
     time.sleep(max(0.0, t0 - time.monotonic()))
     before = {t.peer_id: snapshot(t) for t in peers}
-    threads = [threading.Thread(target=run_peer, args=(t, t0, rounds, args.period, log, random.Random(t.peer_id)))
-               for t in peers]
+    threads = [threading.Thread(target=run_peer, args=(t, t0, rounds, args.period, log, random.Random(t.peer_id)),
+                                kwargs={"judge": args.judge}) for t in peers]
     if args.spam:
         threads.append(threading.Thread(target=spam if args.spam == "loud" else spam_fresh,
                                         args=(peers[0], t0, args, log)))
@@ -252,7 +254,8 @@ def _start(args, out: str, n: int, maddr: str, swarm_id: str, arm: str, *, spams
     gossip, _, ban_s = ARMS[arm]
     cmd = [sys.executable, "-m", "bench.exchange.spam", "--worker", "--peers", str(n), "--initial-peer", maddr,
            "--swarm-id", swarm_id, "--ban-s", str(ban_s), "--out", out, "--duration", str(args.duration),
-           "--period", str(args.period), "--factor", str(args.factor), "--spam-after", str(args.spam_after)]
+           "--period", str(args.period), "--factor", str(args.factor), "--spam-after", str(args.spam_after),
+           "--fresh-addrs", args.fresh_addrs] + (["--judge"] if args.judge else [])
     cmd += ["--gossip"] if gossip else []
     return subprocess.Popen(cmd + (["--spam", spams] if spams else []) + (["--spammer", spammer] if spammer else []),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -335,6 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--factor", type=int, default=100, help="the spammer's rate over an honest peer's")
     ap.add_argument("--spam-after", type=float, default=0.0,
                     help="seconds into the measured time before the spammer starts (honest peers earn standing first)")
+    ap.add_argument("--fresh-addrs", default="own", choices=["own", "none"],
+                    help="the addresses the fresh identities' announcements name: the extra peer's, or none")
+    ap.add_argument("--judge", action="store_true",
+                    help="peers count every record they take as used, so their senders earn good standing")
     ap.add_argument("--out", default="spam")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--initial-peer", help=argparse.SUPPRESS)

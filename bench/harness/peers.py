@@ -52,7 +52,9 @@ def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str):
             for i in range(B)]
 
 
-def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Random) -> None:
+def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Random, judge: bool = False) -> None:
+    """`rounds` publishes of synthetic records every `period` s from `t0`, a take after each; `judge`: every record
+    taken counts as used (Transport.judge, as a node's ingest would), so its senders earn good standing."""
     offset = rng.uniform(0, period)  # peers publish at their own pace, not in lockstep
     for r in range(rounds):
         time.sleep(max(0.0, t0 + offset + r * period - time.monotonic()))
@@ -61,6 +63,8 @@ def run_peer(t, t0: float, rounds: int, period: float, log: dict, rng: random.Ra
         t.publish(records)
         log["publishes"].append([t.peer_id, r, started])
         got = t.take()
+        if judge and got.records:
+            t.judge(dict.fromkeys({rec.peer for rec in got.records}, (1, 0)))
         log["rounds"].append([t.peer_id, r, got.bytes, len(got.records), got.skipped])
         for reason, n in got.drops.items():
             log["drops"][reason] = log["drops"].get(reason, 0) + n
