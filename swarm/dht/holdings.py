@@ -148,14 +148,17 @@ class Holdings:
             return self._refuse(reason, len(records), now), []
         fresh = []
         for record in records:
-            copy = held(record)
+            copy, reason = held(record), None
             if record.expiration < now:
-                self.not_stored["expired"] += 1
+                reason = "expired"
             elif copy is not None and record.expiration <= copy:
-                self.not_stored["not_newer"] += 1
-            else:
+                reason = "not_newer"
+            if reason is None:
                 fresh.append(record)
+            else:
+                self.not_stored[reason] += 1
         total = mine = 0
+        reason = None
         for record in fresh:
             total += record.cost + STORE_COST
             mine += record.cost + STORE_COST
@@ -164,9 +167,11 @@ class Holdings:
                 total -= old[1].cost
                 mine -= old[1].cost if old[0] == sender else 0
         if self.total + sum(self._reserved.values()) + total > self.max_bytes:
-            return self._refuse("full", len(fresh), now), []
-        if self._by_sender[sender] + self._reserved[sender] + mine > self.per_sender:
-            return self._refuse("sender_full", len(fresh), now), []
+            reason = "full"
+        elif self._by_sender[sender] + self._reserved[sender] + mine > self.per_sender:
+            reason = "sender_full"
+        if reason is not None:
+            return self._refuse(reason, len(fresh), now), []
         self._reserved[sender] += sum(record.cost + STORE_COST for record in fresh)  # until settle
         return None, fresh
 

@@ -80,7 +80,7 @@ def test_a_copy_no_newer_than_the_one_held_costs_nothing_and_a_newer_one_moves_t
     assert node.store("bob", [("w", "a0", b"u" * 50, t + 60)]) == [True]
     assert node.by("bob") == _cost("a0", 50) and node.by("alice") == 2 * _cost("a0", 100) + STORE_COST
     # a hand-off with one entry the node lacks: that entry alone is stored and charged; answered as hivemind would
-    handed = _dictionary({"a1": (b"v" * 100, t), "c0": (b"c" * 10, t)})
+    handed = _dictionary({"c0": (b"c" * 10, t), "a1": (b"v" * 100, t)})
     assert node.store("bob", [("w", None, handed, t)]) == [False]
     assert node.held("w").get("c0").value == b"c" * 10 and node.by("bob") == _cost("a0", 50) + _cost("c0", 10)
     # a value under the key replaces the whole dictionary: every entry's charge released
