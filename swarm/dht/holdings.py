@@ -277,13 +277,11 @@ def handler(store, books: Holdings):
             if records:
                 passed.append((key, tag, value, expiration, in_cache))
                 fresh.extend(records)
-        if not passed:
-            return dht_pb2.StoreResponse(store_ok=[a is True for a in answers], peer=self.node_info)
         try:
             if passed == items:
                 response = await store(self, request, context)
-            else:
-                keys, subkeys, values, expirations, in_cache = map(list, zip(*passed))
+            else:  # what is left, maybe nothing (hivemind still meets request.peer, as it does on every store)
+                keys, subkeys, values, expirations, in_cache = map(list, zip(*passed)) if passed else ([],) * 5
                 inner = dht_pb2.StoreRequest(keys=keys, subkeys=subkeys, values=values, expiration_time=expirations,
                                              in_cache=in_cache, peer=request.peer)
                 response = await store(self, inner, context)
