@@ -263,21 +263,21 @@ def handler(store, books: Holdings):
 
         items = list(zip(request.keys, request.subkeys, request.values, request.expiration_time, request.in_cache))
         passed, answers, fresh = [], [], []  # answers: False, True (nothing to store) or the index of a passed item
-        for key, tag, value, expiration, in_cache in items:
-            parsed = _records(key, tag, value, expiration, bool(in_cache))
-            reason, records = (None, []) if parsed is None else books.admit(sender, parsed[0], held)
-            if parsed is None or reason is not None or (parsed[0] and not records):
-                answers.append(False)
-                continue
-            if len(records) < len(parsed[0]):  # a dictionary item with entries we hold: hivemind answers it refused
-                value = _with_only(parsed[1], records)
-                answers.append(False)
-            else:
-                answers.append(len(passed) if records else True)
-            if records:
-                passed.append((key, tag, value, expiration, in_cache))
-                fresh.extend(records)
         try:
+            for key, tag, value, expiration, in_cache in items:
+                parsed = _records(key, tag, value, expiration, bool(in_cache))
+                reason, records = (None, []) if parsed is None else books.admit(sender, parsed[0], held)
+                fresh.extend(records)  # reserved by admit until settle
+                if parsed is None or reason is not None or (parsed[0] and not records):
+                    answers.append(False)
+                    continue
+                if len(records) < len(parsed[0]):  # a dictionary item with entries we hold: hivemind answers it refused
+                    value = _with_only(parsed[1], records)
+                    answers.append(False)
+                else:
+                    answers.append(len(passed) if records else True)
+                if records:
+                    passed.append((key, tag, value, expiration, in_cache))
             if passed == items:
                 response = await store(self, request, context)
             else:  # what is left, maybe nothing (hivemind still meets request.peer, as it does on every store)
@@ -285,10 +285,11 @@ def handler(store, books: Holdings):
                 inner = dht_pb2.StoreRequest(keys=keys, subkeys=subkeys, values=values, expiration_time=expirations,
                                              in_cache=in_cache, peer=request.peer)
                 response = await store(self, inner, context)
-        finally:  # even if hivemind's store raised part way: what it stored is charged
+        finally:  # even if hivemind's store raised part way: what it stored is charged, the rest unreserved
             books.settle(sender, fresh, held)
         ok = list(response.store_ok)
-        return dht_pb2.StoreResponse(store_ok=[a if isinstance(a, bool) else ok[a] for a in answers], peer=self.node_info)
+        return dht_pb2.StoreResponse(store_ok=[a if isinstance(a, bool) else ok[a] for a in answers],
+                                     peer=self.node_info)
 
     rpc_store.holds = True
     return rpc_store

@@ -147,3 +147,19 @@ def test_a_dictionary_item_is_each_of_its_entries_and_admitted_whole_or_not_at_a
     assert node.store("a", [("key", None, d, expiration)]) == [False] and node.books.total == 0  # three do not fit
     assert node.held("key") is None and node.books.refused == {"full": 3}
     assert node.store("a", [("key", None, _dictionary({"sub0": (b"v" * 100, expiration)}), expiration)]) == [True]
+
+
+def test_what_hivemind_stored_before_its_store_raised_is_charged_and_nothing_stays_reserved():
+    t = time.time() + 600
+    node = Node(Holdings(1 << 20))
+    request = dht_pb2.StoreRequest(keys=[DHTID.generate(source=k).to_bytes() for k in ("k0", "k1")],
+                                   subkeys=[MSGPackSerializer.dumps("s"), MSGPackSerializer.dumps(["un", "hashable"])],
+                                   values=[b"v" * 100] * 2, expiration_time=[t, t], in_cache=[False, False])
+    context = P2PContext(handle_name="rpc_store", local_id=PeerID(b"node"), remote_id=PeerID(b"a"))
+    try:
+        asyncio.run(node.rpc_store(node.protocol, request, context))
+        raise AssertionError("hivemind's store of an unhashable subkey did not raise")
+    except TypeError:
+        pass
+    assert node.held("k0") is not None and node.by("a") == _cost("s", 100) + STORE_COST
+    assert node.store("a", [("k2", "s", b"v" * 100, t)]) == [True] and not node.books._reserved
