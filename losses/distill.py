@@ -28,7 +28,7 @@ replaced on every token t of a chunk c by the chunk's gap
 — the policy gradient of the chunk-level reverse KL with d_c as the reward of the chunk's tokens, as
 §6's `chunks` mode gives every token of a chunk the chunk's ratio. (This module first used per-token gaps against
 an even spread of log π_T(c); both forms made a student's KL to a stronger teacher of another
-tokenizer grow and cost it held-out accuracy, docs/BENCHMARKS.md §12E, where a suspected cause is
+tokenizer grow and cost it held-out accuracy, docs/benchmarks/learning.md §12E, where a suspected cause is
 named: the teacher scores its canonical tokenization of the text, the student its sampled tokens.)
 With one token per chunk (the same tokenizer) d_c = d_t.
 
@@ -48,7 +48,7 @@ marks them and differs there):
 - `exact`: `dpca`, and a token marked OFF_SPLIT — where our sampled split of the text is not our tokenizer's own
   tokenization of it — gets the gap OFF_SPLIT_GAP, which the token clip then bounds: the teacher's text distribution
   written in our tokenization (our tokenizer applied to the teacher's texts) gives such a token sequence
-  probability 0. docs/BENCHMARKS.md §12F measures what a student is paid for such splits under each signal.
+  probability 0. docs/benchmarks/learning.md §12F measures what a student is paid for such splits under each signal.
 Every bound below applies to every signal's gaps, the EOS term's included.
 
 Sources. The estimator is on-policy distillation as Thinking Machines describe it ("On-Policy

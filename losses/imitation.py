@@ -7,7 +7,7 @@ separates what a peer's answers give from what the extra push on successes gives
 Rows the round marks not `imitable` are left out too: with `train.imitate_bar: own` (the default)
 an answer must also score above the mean reward of the node's own rows in the step
 (node.round.steps.imitate_bar), so a weaker peer's best answers, above their group but below what the
-node writes, are not imitated (under partial credit they harmed: docs/BENCHMARKS.md §12D). A step
+node writes, are not imitated (under partial credit they harmed: docs/benchmarks/learning.md §12D). A step
 with no own rows (every own group dropped for equal rewards, or no own groups selected) has no such
 bar: there the group's mean alone decides, as under `imitate_bar: group`.
 
@@ -19,7 +19,7 @@ own rows or to a peer's rows whose advantage is zero or negative.
 
 Why a separate term. An unbiased importance weight makes a peer's rows estimate the receiver's own
 on-policy gradient, so even a much stronger peer's rollouts are worth about as much as the
-receiver's own samples (docs/BENCHMARKS.md §12C); taking all of them at weight 1 (NoIS) harms,
+receiver's own samples (docs/benchmarks/learning.md §12C); taking all of them at weight 1 (NoIS) harms,
 because the peer's wrong answers are pushed the peer's way too. Imitating only the rows the
 receiver's own verifier scored above their group does teach a student of the same tokenizer (§12D:
 +0.062 ± 0.030 held-out over the student alone, 8 seeds), but not by the peer's strength: an

@@ -16,13 +16,13 @@ Why. A receiver verifies only a completion's final answer, and a peer's row trai
 completion: under F-TIS at weight w = min(π_θ/μ, C) with a μ the sender claims (a claimed log μ of
 −30 gives every token w = C = 2), under `train.imitate` at weight 1. A correct answer preceded by
 text of the sender's choosing therefore pushes that text into the receiver's model, round after
-round (docs/BENCHMARKS.md §15C: measured on the lab model). The tokens of such text are ones the
+round (docs/benchmarks/reliability.md §15C: measured on the lab model). The tokens of such text are ones the
 receiver would almost never write (lab-spell gives each token of "PWN " 1e-5 to 2e-3), while the
 tokens of an honest peer's correct answer on lab-spell are mostly ones it would: a peer may move
 only tokens this node's own policy would plausibly write. How much of an honest peer's rows that
 leaves depends on the model: on lab-spell the floor 0.01 (span rest) takes 3–7 % of the tokens of
 rows that scored above their group, on SmolLM2-135M at T = 1 62 % (bench/learning/plausibility.py,
-docs/BENCHMARKS.md §15C).
+docs/benchmarks/reliability.md §15C).
 
 Why the rest of the row and not only the token: a token trains the model twice, as a prediction and
 as the context of every later prediction. With lab-spell (input and output embeddings tied) the

@@ -93,7 +93,7 @@ class NodeConfig(BaseModel):
 
 def strangers_note(cfg: NodeConfig) -> str | None:
     """A warning when the node trains on what peers send with no defence against taught text (None: it does not,
-    or train.peer_token_floor is on). What a stranger can do then (docs/BENCHMARKS.md §15C): one peer placing text
+    or train.peer_token_floor is on). What a stranger can do then (docs/benchmarks/reliability.md §15C): one peer placing text
     of its choosing before correct answers raised it 36 nats over 100 rounds and cost 0.52 held-out on lab-spell.
     The floor is off by default because what it takes from honest peers depends on the model (3–7 % of lab-spell's
     above-mean tokens at 0.01, 62 % of SmolLM2-135M's at temperature 1: bench/learning/plausibility.py)."""
@@ -102,7 +102,7 @@ def strangers_note(cfg: NodeConfig) -> str | None:
     if not takes or cfg.train.peer_token_floor > 0:
         return None
     return ("trains on peers' rows with no defence against taught text (train.peer_token_floor 0): any peer can "
-            "teach this node text of its choosing (docs/BENCHMARKS.md §15C); among strangers set "
+            "teach this node text of its choosing (docs/benchmarks/reliability.md §15C); among strangers set "
             "train.peer_token_floor (e.g. 0.01), or train only with peers you trust")
 
 

@@ -14,7 +14,7 @@ on a fresh swarm and bootstrap, the same `--duration` measured after a `--warmup
                  (`swarm.gossip_ban_s` 0 on every peer)
     spam+guard   the same spammer; every peer's guard with `swarm.gossip_ban_s` 300 (since issue 49 a ban drops the
                  signer's gossip unread and disconnects no one, and the bootstrap judges no one: the results of
-                 docs/BENCHMARKS.md §16D were measured before, with bans that also disconnected, on the bootstrap too)
+                 docs/benchmarks/scale.md §16D were measured before, with bans that also disconnected, on the bootstrap too)
     fresh+guard  the same rate, each announcement under a fresh identity (a new ed25519 key per message, naming
                  itself as `peer` and the extra peer's addresses, or none with `--fresh-addrs none`), written as raw
                  gossipsub RPCs (`/meshsub/1.1.0`) by a plain p2pd (no pubsub of its own) connected to every peer the

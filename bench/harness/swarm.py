@@ -12,7 +12,7 @@ Two twins (`twin`):
   clock   the wall-clock twin of earlier sections: fetch windows and ages run on wall time, so which peers'
           groups a round receives depends on how fast the rounds run, and a run with peers does not reproduce
           (two runs of one arm: up to 0.039 held-out apart on a seed, 80 against 72 peers' groups a node;
-          docs/BENCHMARKS.md §13).
+          docs/benchmarks/learning.md §13).
 A node without peers reproduces under both."""
 
 from __future__ import annotations

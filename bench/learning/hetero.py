@@ -26,7 +26,7 @@ the mean IS weight on the peer's rows (rounds that used any), from the loss's `i
 `w_share` the share of those weights ≥ 0.1 (not negligible); `filtered` the rows an f-* filter zeroed.
 
     python -m bench.learning.hetero [--losses nois f-nois tis gepo f-tis tis/sequence] [--seeds 0 1 2] [--rounds 40]
-    python -m bench.learning.hetero --pair smollm2 --losses nois f-nois gepo f-tis tis --rounds 8   # docs/BENCHMARKS.md §12B
+    python -m bench.learning.hetero --pair smollm2 --losses nois f-nois gepo f-tis tis --rounds 8   # docs/benchmarks/learning.md §12B
 
 The nodes run in one process on the in-memory twin of the exchange (bench/learning/sapo.py); the models
 are built on first use (about 1–5 minutes each). Writes bench/results/learning/hetero[-smollm2].{json,png}.

@@ -30,14 +30,14 @@ that sum above the untrained floor (rounds × the node's held-out accuracy befor
 kinds it trains on; its mean verifier score under partial credit), gain per million generated and
 per million trained tokens, the share of informative groups (rewards differ) among a node's own
 and among those it received, seconds per node-round. Paired differences (95 % t-intervals over
-seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules of docs/BENCHMARKS.md §13:
+seeds) for B − A, C − A, C − D, E − A, E − B, and the decision rules of docs/benchmarks/learning.md §13:
 
   sharing saves compute   C − D > 0 with an interval that excludes 0, and C − A ≥ −0.02
   SAPO at equal compute   B − A > 0 with an interval that excludes 0
   beats replay            B − RB > 0 (equal generated and trained tokens) with an interval that excludes 0;
                           likewise C − RC
 
-Imitation (`train.imitate: 1`, losses/imitation.py; rules fixed before its runs, docs/BENCHMARKS.md §13F),
+Imitation (`train.imitate: 1`, losses/imitation.py; rules fixed before its runs, docs/benchmarks/learning.md §13F),
 updates f-tis, f-tis+imit (peers' above-mean rows imitated) and f-tis+imitall (every above-mean row,
 own ones too), arms C and D, tag _imitation, paired by seed and arm across updates:
   imitation makes peers' groups worth more    C[f-tis+imit] − C[f-tis] > 0, interval excluding 0
@@ -49,12 +49,12 @@ and, added after those came out and before their runs, arms A and B (equal gener
 
 `--device cuda` places every node's model on the GPU (`train.device`: training, scoring and generation);
 `--jobs K` then runs K swarms in K processes on that one GPU. With examples/papers/sapo-smollm2.yaml this is the
-real-LM benchmark (SmolLM2-135M-Instruct, LoRA; docs/BENCHMARKS.md §13H); on a CPU it runs end to end at 2 rounds
+real-LM benchmark (SmolLM2-135M-Instruct, LoRA; docs/benchmarks/learning.md §13H); on a CPU it runs end to end at 2 rounds
 (tests/integration/test_sharing_real_lm.py).
 
 `--sizes 1 2 4 8` runs the given arms (default C) with that many nodes: the swarm-size curve.
 
-Steps that take what the swarm offers (docs/BENCHMARKS.md §13G; rules fixed before its runs): arm C (4 own groups
+Steps that take what the swarm offers (docs/benchmarks/learning.md §13G; rules fixed before its runs): arm C (4 own groups
 generated a round) at 2 / 4 / 8 / 16 nodes, updates f-tis (J = 4 peers' groups a step, drawn at random) and
 f-tis+grow (`select.external_tokens: 1536`, about 16 peers' groups of ≈ 95 completion tokens, in place of J; and
 `select.prefer: useful`), seeds 0–7 (fewer where time ran out, stated as such), tag _grow; per-node held-out gain,

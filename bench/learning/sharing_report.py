@@ -1,5 +1,5 @@
 """The report of bench.learning.sharing: per-arm rows, paired differences by seed, the decision rules (its
-docstring and docs/BENCHMARKS.md §13) and the figure."""
+docstring and docs/benchmarks/learning.md §13) and the figure."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
 
 
 def verdicts(diffs: list[dict]) -> list[str]:
-    """The decision rules (docs/BENCHMARKS.md §13), applied to held-out gain, per update."""
+    """The decision rules (docs/benchmarks/learning.md §13), applied to held-out gain, per update."""
     out = []
     for update in dict.fromkeys(d["update"] for d in diffs):
         for nodes in sorted({d["nodes"] for d in diffs if d["update"] == update}):

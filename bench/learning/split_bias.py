@@ -1,4 +1,4 @@
-"""Is a student paid for splitting a text differently from its canonical tokenization? (docs/BENCHMARKS.md §12F)
+"""Is a student paid for splitting a text differently from its canonical tokenization? (docs/benchmarks/learning.md §12F)
 
 On-policy distillation across tokenizers gives the student's tokens a reverse-KL reward −(log π_S − log π_T),
 where log π_T is the teacher's log-probability of the *text* (node.distill.score, the byte path) and log π_S the
@@ -199,7 +199,7 @@ def dynamic(pairing: str, tdir: str, seeds: list[int], rounds: int, signals: lis
 def paired(base: str, new: str) -> dict:
     """The OPD runs of bench/results/learning/NEW.jsonl against BASE.jsonl's (bench.learning.teacher), paired by
     pairing and seed: held-out gain, and the mean off-split share over each run's scored rounds, NEW − BASE, with 95 %
-    t-intervals (docs/BENCHMARKS.md §12F, the rule written before the runs)."""
+    t-intervals (docs/benchmarks/learning.md §12F, the rule written before the runs)."""
     from bench.harness.output import load_jsonl
     from bench.harness.stats import interval
 

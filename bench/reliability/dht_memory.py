@@ -1,4 +1,4 @@
-"""What a node's DHT child keeps over time: real hivemind peers on 127.0.0.1, no model (docs/BENCHMARKS.md §15I).
+"""What a node's DHT child keeps over time: real hivemind peers on 127.0.0.1, no model (docs/benchmarks/reliability.md §15I).
 
 In the soak hour (§15A, §15D, §15F) a lab node's DHT child (hivemind's DHT process, a fork of the node that
 swarm/dht/peer.py starts) rose by ≈ 30–40 MiB over the first half hour and then stayed level. This bench runs the

@@ -1,5 +1,5 @@
 """What one hostile peer can make a node spend, measured over real hivemind peers on 127.0.0.1
-(docs/BENCHMARKS.md §15B; the attacks: bench/harness/attacks.py; the bounds: docs/PROTOCOL.md §8).
+(docs/benchmarks/reliability.md §15B; the attacks: bench/harness/attacks.py; the bounds: docs/PROTOCOL.md §8).
 
     memory   victims whose transports take what arrived every 0.1 s (a lab node's round) and every 30 s (a GPU
              node's round), each decoding under a receiver budget of --budget tokens per completion, while

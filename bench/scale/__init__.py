@@ -1,4 +1,4 @@
-"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/BENCHMARKS.md §16, §16C, §16F;
+"""The exchange simulated at 100 / 1,000 / 10,000 peers (`python -m bench.scale.run`, docs/benchmarks/scale.md §16, §16C, §16F;
 results in bench/results/scale/).
 
     run.py         the front door: the settings, the goals, the table and the figure

@@ -1,4 +1,4 @@
-"""The simulation's costs, taken from the real code and the real measurements (docs/BENCHMARKS.md §7).
+"""The simulation's costs, taken from the real code and the real measurements (docs/benchmarks/exchange.md §7).
 
     sizes      one lab-round bundle (bench.exchange.gossip's records → swarm.exchange.receive.make_bundle), its announcement,
                and the signed DHT entry that carries it (hivemind's RSASignatureValidator on a fresh key)

@@ -75,7 +75,7 @@ DESIGNS = {  # the settings of issue 52, in words (the row's `design`)
 
 
 def goals(rows: list[dict], name: str) -> dict:
-    """The scale goals (docs/BENCHMARKS.md §16), read off one setting's rows (100 → 10,000 peers)."""
+    """The scale goals (docs/benchmarks/scale.md §16), read off one setting's rows (100 → 10,000 peers)."""
     rs = sorted((r for r in rows if r["name"] == name), key=lambda r: r["peers"])
     if len(rs) < 2:
         return {}

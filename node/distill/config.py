@@ -24,7 +24,7 @@ class DistillConfig(BaseModel):
         "teacher; an id not listed here is never asked), in turn if several. `swarm local` also takes "
         "`node:<name>`, a node of the same run, and writes its peer id in. A teacher's scores cannot be "
         "re-verified, so only these count. Empty: no distillation. A teacher of another tokenizer is not fit for "
-        "use yet: it harmed every measured student (docs/BENCHMARKS.md §12E).")
+        "use yet: it harmed every measured student (docs/benchmarks/learning.md §12E).")
     coef: float = Field(1.0, ge=0, le=100.0, description="λ: each scored token's advantage gets −λ·(log π_old − "
                         "log π_teacher) added to the reward advantage (losses/distill.py).")
     coef_end: float | None = Field(None, ge=0, le=100.0, description="λ after `coef_rounds` rounds (linear from "
@@ -42,7 +42,7 @@ class DistillConfig(BaseModel):
                                       "(losses/distill.py).")
     send_ids: bool = Field(True, description="Send our token ids to a teacher of our tokenizer (its scores are then "
                            "of exactly our tokens); false: always the byte path, as to a teacher of another tokenizer "
-                           "(a diagnostic: docs/BENCHMARKS.md §12E).")
+                           "(a diagnostic: docs/benchmarks/learning.md §12E).")
     cross_signal: Literal["chunk", "dpca", "exact"] = Field(
         "chunk", description="How a teacher of another tokenizer's chunk values reach our tokens (the byte path; with "
         "one token per chunk and no token marked, as on the id path, all three are the same one-token gap, "
@@ -52,7 +52,7 @@ class DistillConfig(BaseModel):
         "by its own term (the gradient of a forward KL between the two ends' stop probabilities); `exact`, `dpca` and "
         "the tokens where our sampled split of the text is not our tokenizer's own get the largest gap "
         "(max_token_gap): written in our tokenization, the teacher's text distribution gives such a split "
-        "probability 0 (docs/BENCHMARKS.md §12F).")
+        "probability 0 (docs/benchmarks/learning.md §12F).")
     headroom_margin: float | None = Field(
         None, ge=-1.0, le=1.0, description="Ask a teacher only while its score on our own tasks is at least this much "
         "above ours: the mean reward, under our own verifier, of its own sampled answers that reached us (its groups, "
@@ -66,7 +66,7 @@ class DistillConfig(BaseModel):
         "requester", description="On the byte path (a requester of another tokenizer), which of our tokenizations of "
         "its text we score: `requester`, ours of each of its tokens alone, concatenated, and our EOS where its "
         "completion ended — the events it sampled (with one tokenizer this gives exactly the id path's values); "
-        "`canonical`, ours of the whole text (docs/BENCHMARKS.md §12E).")
+        "`canonical`, ours of the whole text (docs/benchmarks/learning.md §12E).")
     serve_tokens_per_s: float = Field(4000.0, gt=0, le=1e9, description="What serving may compute: positions of its "
                                       "forward passes per second (padding included), on average (token buckets).")
     serve_burst_s: float = Field(10.0, gt=0, le=3600.0, description="The bucket holds this many seconds of "

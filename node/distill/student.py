@@ -209,7 +209,7 @@ class Student:
                 if exc.reason == "refused:wrong_tokenizer" and asked.teacher not in self.bytes_only:
                     self.bytes_only.add(asked.teacher)
                     log.warning("teacher %s has another tokenizer: its scores come through the byte path, which "
-                                "has harmed every measured student so far (docs/BENCHMARKS.md §12E)", asked.teacher)
+                                "has harmed every measured student so far (docs/benchmarks/learning.md §12E)", asked.teacher)
                 if exc.reason == "refused:wrong_tokenizer" and p.request.tokenizer is not None:
                     again = self._again_by_bytes(asked.teacher, p)  # within the same wait: this round is scored too
                     if again is not None:

@@ -91,7 +91,7 @@ LAB_RECIPES: dict[str, LabRecipe] = {
     # "Spell this word backward (example: sun -> nus): {word}", words of 3–6 letters (34,428 words).
     # The verifier gives per-position partial credit, so most GRPO groups have reward variance; the
     # answer is ~5 sampled characters, so at T = 1 sampled exact-match accuracy (≈ 0.35–0.38) is far
-    # below greedy (≈ 0.60–0.66): RL has clear headroom (docs/BENCHMARKS.md, "Learning").
+    # below greedy (≈ 0.60–0.66): RL has clear headroom (docs/benchmarks/learning.md).
     # vocab 300 = 256 bytes + 5 specials + 39 merges: the fixed instruction merges into whole words
     # while the words themselves stay (mostly) one character per token.
     "lab-spell": LabRecipe(
@@ -99,7 +99,7 @@ LAB_RECIPES: dict[str, LabRecipe] = {
         vocab_size=300, hidden=128, layers=4, heads=2, intermediate=256,
         stop_at=0.35, stop_metric="accuracy", threads=1,
     ),
-    # The same task with another tokenizer, for heterogeneous pairs (docs/BENCHMARKS.md §12): vocab
+    # The same task with another tokenizer, for heterogeneous pairs (docs/benchmarks/learning.md §12): vocab
     # 420 = 256 bytes + 5 specials + 159 merges, so common letter pairs are single tokens
     # ("<answer>tenalp</answer>" is 10 tokens, t·en·al·p, against lab-spell's 12); another seed, the
     # same size and stopping rule. Reaches the stop after ≈ 625 SFT steps (lab-spell: 250).

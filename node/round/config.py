@@ -52,7 +52,7 @@ class TrainConfig(PlacementConfig):
         "(answers that scored above their group by this node's verifier; of peers only, or all with imitate_rows) to "
         "the loss: imitation of peers' better answers, which taught a lab student where importance-weighted rows "
         "alone did not, though not by the peer's strength (an untrained copy sending as many groups helped as much; "
-        "losses/imitation.py, docs/BENCHMARKS.md §12D; this project's own method). 0 = off.")
+        "losses/imitation.py, docs/benchmarks/learning.md §12D; this project's own method). 0 = off.")
     imitate_rows: Literal["peers", "all"] = Field(
         "peers", description="Which above-mean rows `imitate` pushes up: peers' only, or ours too (all: the "
         "control that tells a peer's answers from the extra push on successes itself).")
@@ -61,12 +61,12 @@ class TrainConfig(PlacementConfig):
         "reward of this node's own rows in the step (own: a weaker peer's best answers, still worse than what this "
         "node writes, are not imitated; under a binary reward the two choose the same rows unless every own row "
         "of the step is correct). A step with no own rows (every own group dropped for equal rewards, or none "
-        "selected) has no own bar: the group's mean alone decides. docs/BENCHMARKS.md §12D.")
+        "selected) has no own bar: the group's mean alone decides. docs/benchmarks/learning.md §12D.")
     peer_token_floor: float = Field(
         0.0, ge=0, lt=1.0, description="p: a peer's token whose probability under this node's own policy (at the "
         "start of the step, at the sampling temperature) is below p gets no gradient, nor (peer_floor_span: rest) "
         "does any later token of its row, in the loss and in the imitation term; our own rows are untouched. Stops "
-        "a peer teaching text of its choosing placed before a correct answer (docs/BENCHMARKS.md §15C: 0.01 on "
+        "a peer teaching text of its choosing placed before a correct answer (docs/benchmarks/reliability.md §15C: 0.01 on "
         "lab-spell); what it takes from honest peers depends on the model (bench/learning/plausibility.py: 3–7 % of "
         "lab-spell's above-mean tokens at 0.01, 62 % of SmolLM2-135M's at T 1). losses/peer_floor.py; this "
         "project's own departure from F-TIS and SAPO. 0 = off, the default: with 0.01, honest sharing's gain in the "
@@ -74,7 +74,7 @@ class TrainConfig(PlacementConfig):
     peer_floor_span: Literal["rest", "token"] = Field(
         "rest", description="What peer_token_floor takes from a peer's row: rest = the first token below the floor "
         "and every token after it (text that follows what this node would not write trains nothing, not even as "
-        "context); token = only the tokens below the floor (measured: not enough, docs/BENCHMARKS.md §15C).")
+        "context); token = only the tokens below the floor (measured: not enough, docs/benchmarks/reliability.md §15C).")
 
     @field_validator("micro_batch_rows")
     @classmethod
@@ -120,7 +120,7 @@ class SelectConfig(BaseModel):
     replay_tokens: int = Field(
         0, ge=0, le=10_000_000, description="Fill each step with our own earlier informative groups until its "
         "completion tokens (own, peers' and replayed) reach this many: a node alone training as many tokens as a "
-        "swarm node, on its own data (the solo control of docs/BENCHMARKS.md §13I; fewest replays first, newest "
+        "swarm node, on its own data (the solo control of docs/benchmarks/learning.md §13I; fewest replays first, newest "
         "among equals; each replayed row is weighed against the policy that sampled it, μ). 0 = off."
     )
     replay_pool: int = Field(

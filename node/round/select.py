@@ -30,7 +30,7 @@ Two more, off by default, for steps that take what a larger swarm offers (docs/A
                  rewards first (the variance of its advantages before the std normalisation, which
                  makes every informative group's 1); (3) newer first (created_at); ties at random.
 
-One more, off by default, for the solo control at equal trained tokens (docs/BENCHMARKS.md §13I):
+One more, off by default, for the solo control at equal trained tokens (docs/benchmarks/learning.md §13I):
   replay_tokens  after the I own and J peers' groups, our own informative groups of earlier rounds (at most
                  `replay_pool`, oldest out first) fill the step until its completion tokens reach the
                  budget: fewest replays first, newest among equals, each taken while the budget's gap is more

@@ -320,7 +320,7 @@ def control_line(swarm, solo, swarm_name: str, solo_name: str) -> str:
     se = sum(x * x for x in ses) ** 0.5 if len(ses) == (2 if same_start else 4) else None
     return (f"{swarm_name} with its peers vs {solo_name} alone (same seed, task stream, generation and held-out items): "
             f"gain {swarm[2] - swarm[0]:+.3f} vs {solo[2] - solo[0]:+.3f}, difference {d:+.3f}"
-            + (f" (± {se:.3f} s.e.; one seed — 8-seed answers: docs/BENCHMARKS.md §12D (teacher pairs), §13 (swarms))" if se else ""))
+            + (f" (± {se:.3f} s.e.; one seed — 8-seed answers: docs/benchmarks/learning.md §12D (teacher pairs), §13 (swarms))" if se else ""))
 
 
 def summarize(out: Path, names: list[str], status: dict[str, str] | None = None,

@@ -1,7 +1,7 @@
 """What a node's DHT process holds for other peers, bounded (docs/PROTOCOL.md §5): per record, per sender, in all.
 
 hivemind's DHT peer stores whatever it is sent, under any key, for as long as the sender asks. Measured over real
-peers on 127.0.0.1 (docs/BENCHMARKS.md §15I): one peer had a node hold 20 values of 1 MiB under keys of no one's,
+peers on 127.0.0.1 (docs/benchmarks/reliability.md §15I): one peer had a node hold 20 values of 1 MiB under keys of no one's,
 expiring a year later, in 4 s (the sender budget of swarm.dht.budget counts items, not bytes); and signed
 announcements of throwaway identities, each a valid entry, cost the node's DHT process ≈ 11 KB of memory apiece
 for max_age_s — up to 38,400 of them in 600 s from one sender within its budget. So the store handler here, in

@@ -1,6 +1,6 @@
 """What hivemind's DHT process kept forever or grew without a store, dropped: an entry for every key it ever read,
 every call it served that the caller gave up on, and what its reads merged into its own storage
-(docs/BENCHMARKS.md §15I).
+(docs/benchmarks/reliability.md §15I).
 
 - *Searches.* hivemind's `DHTNode` lets concurrent gets of one key share a search (`reuse_get_requests`): it files
   each search under its key in `pending_get_requests`, a defaultdict of SortedSets, and takes the search out of the

@@ -17,7 +17,7 @@ no candidate fresh: it is discovery and brings announcements seconds old (in a s
 simulation, the fair order then chose such ones first).
 The choice runs when an announcement arrives (a push, a gossiped message, a DHT read), so a fresh bundle is chosen
 as it arrives while the budget has room, not when its peer's turn among all the peers comes round: with ≈ N
-candidates a window and a budget of 16, that turn came every N / 16 windows (docs/BENCHMARKS.md §16 point 3).
+candidates a window and a budget of 16, that turn came every N / 16 windows (docs/benchmarks/scale.md §16 point 3).
 
 Fresh first alone is not fair when the budget binds: a slot frees one window after its fetch, so a busy receiver's
 choices come back at the moments of its first ones, and only the peers whose announcements arrive just before those

@@ -1,6 +1,6 @@
 """Which gossip topics a peer subscribes to and publishes on: announcement shards (docs/PROTOCOL.md §5).
 
-One topic for a whole swarm makes every peer carry every announcement (≈ 6 copies of each: docs/BENCHMARKS.md §16C),
+One topic for a whole swarm makes every peer carry every announcement (≈ 6 copies of each: docs/benchmarks/scale.md §16C),
 so per-peer traffic grows with the swarm. Here announcements travel on shards sized to the swarm (protocols.keys):
 
     level      k = round(log2(estimated peers / `gossip_shard_peers`)), at least 0 (2^k shards of about

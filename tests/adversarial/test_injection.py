@@ -15,7 +15,7 @@ same optimizer steps with F-TIS:
 The open copy must raise the prefix's log-probability by more than 3 nats over its control (a frozen
 optimizer, or a loss without gradient, fails here), the floored one by less than 0.1 nats, while the
 floored copy still learns the honest peer's answer (its log-probability rises by more than 1 nat).
-docs/BENCHMARKS.md §15C measures the same over 100 rounds of a node.
+docs/benchmarks/reliability.md §15C measures the same over 100 rounds of a node.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A peer handing a node's DHT peer the entries it already holds is not charged for them (swarm.dht.holdings;
-docs/BENCHMARKS.md §15I), over a node's DHT peer as a node starts it (swarm.dht.peer.start_swarm_dht, with
+docs/benchmarks/reliability.md §15I), over a node's DHT peer as a node starts it (swarm.dht.peer.start_swarm_dht, with
 dht_max_held_mib 1: 128 KiB a sender) and two unmodified hivemind DHT peers on 127.0.0.1.
 
 hivemind hands a peer it has just met the entries that peer should store (DHTProtocol.update_routing_table). Here

@@ -1,5 +1,5 @@
 """A node's DHT process keeps nothing of a key once its reads of it are done, nor of a call its caller cancelled
-(swarm.dht.leaks; docs/BENCHMARKS.md §15I), over a node's DHT peer as a node starts it (swarm.dht.peer.start_swarm_dht)
+(swarm.dht.leaks; docs/benchmarks/reliability.md §15I), over a node's DHT peer as a node starts it (swarm.dht.peer.start_swarm_dht)
 and real peers on 127.0.0.1.
 
 - hivemind's DHTNode filed every get under its key in `pending_get_requests` and never removed the key (≈ 1.8 KB for

@@ -2,7 +2,7 @@
 (`bench.exchange.spam.fresh_message`), over real p2pd daemons on 127.0.0.1.
 
 A plain p2pd (no pubsub of its own) dials a subscriber's daemon, opens `/meshsub/1.1.0` and writes one RPC per
-message, each signed by a new ed25519 key (docs/BENCHMARKS.md §16D2). The subscriber's daemon, verifying strictly,
+message, each signed by a new ed25519 key (docs/benchmarks/scale.md §16D2). The subscriber's daemon, verifying strictly,
 delivers every well-signed one to its client as sent by that fresh identity — one connection, as many authors as
 messages — and drops one whose signature was altered (written first; nothing more may arrive within QUIET_S after
 the good ones, as the daemon checks messages concurrently and keeps no order). This is what the bench's

@@ -95,7 +95,7 @@ def written_by_a_bench(path: str) -> bool:
 
 def stale_references() -> list[str]:
     bad = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for i, line in enumerate(doc.read_text().splitlines(), 1):
             for m in PATH.finditer(line):
                 path = m.group(1)
@@ -122,3 +122,27 @@ def test_the_reference_checks_can_fail():
     assert not resolves("swarm.exchange.polling.PollPlan.gone")
     assert not resolves("swarm.not_a_key") and not written_by_a_bench("bench/results/speed/never_written.json")
     assert written_by_a_bench("bench/results/speed/gpu.json") and not written_by_a_bench("bench/results/learning/gpu.json")
+
+
+def _sections(doc) -> set[str]:
+    """The section numbers a benchmarks file holds: "13", "13J", "16D2" from its ## and ### headings."""
+    return set(re.findall(r"^#{2,3} (\d+[A-Z]?\d*)\.", doc.read_text(), re.M))
+
+
+def test_every_benchmark_reference_names_a_section_of_its_file():
+    """docs/BENCHMARKS.md is the index of docs/benchmarks/ (one file per bench family); a reference
+    `docs/benchmarks/<family>.md §N` anywhere in the repository names a section that file holds."""
+    index = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| .* \| `docs/benchmarks/(\w+)\.md` \|$", index, re.M)
+    assert len(rows) >= 17
+    for number, family in rows:
+        assert number in _sections(ROOT / "docs" / "benchmarks" / f"{family}.md"), (number, family)
+    bad = []
+    paths = [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").rglob("*.yaml"),
+             *(p for pkg in ("protocols", "losses", "swarm", "node", "ops", "bench", "tests") for p in (ROOT / pkg).rglob("*.py"))]
+    for path in paths:
+        for family, number in re.findall(r"docs/benchmarks/(\w+)\.md`? §(\d+[A-Z]?\d*)", path.read_text()):
+            target = ROOT / "docs" / "benchmarks" / f"{family}.md"
+            if not target.is_file() or (number not in _sections(target) and number.rstrip("0123456789") not in _sections(target)):
+                bad.append(f"{path.relative_to(ROOT)}: docs/benchmarks/{family}.md §{number}")
+    assert not bad, bad

@@ -1,4 +1,4 @@
-"""The cross-tokenizer signals of losses/distill.py (`distill.cross_signal`, docs/BENCHMARKS.md §12F): DPCA's credit,
+"""The cross-tokenizer signals of losses/distill.py (`distill.cross_signal`, docs/benchmarks/learning.md §12F): DPCA's credit,
 the EOS term, the off-split gap, and that with one token per chunk every signal is today's one-token OPD."""
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_swarm_local_gives_a_node_named_teacher_its_peer_id(tmp_path):
 def test_round_0_across_tokenizers_is_scored(tmp_path):
     """A teacher of another tokenizer refuses our token ids (`wrong_tokenizer`) the first time; the student asks again
     by bytes within the same wait, so round 0 is scored too (it was not: its KL was recorded as 0.0,
-    docs/BENCHMARKS.md §12E), and from round 1 on it asks by bytes at once."""
+    docs/benchmarks/learning.md §12E), and from round 1 on it asks by bytes at once."""
     hub = InMemoryHub()
 
     def node(name: str, seed: int, spec: str, **distill) -> Node:

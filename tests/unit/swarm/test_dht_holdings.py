@@ -5,7 +5,7 @@ sends it, handled in this process).
 
 Before the books followed storage, every record was charged to the last peer that sent it, even when hivemind kept the
 copy it had: a peer handing over entries the node already held (hivemind's replication to a peer it has just met)
-was charged for them, and reached its share with entries it did not own (docs/BENCHMARKS.md §15I)."""
+was charged for them, and reached its share with entries it did not own (docs/benchmarks/reliability.md §15I)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ run on it (as a push or a gossiped message does).
 
 Before: the choice took, among the peers in good standing, the one with the fewest fetches within max_age_s, whatever
 the age of its candidate — every peer in turn — so a peer's new bundle waited for that peer's turn: with 48 peers and
-16 fetches a window, publish → chosen had a p95 of 9.8 s here (17.8 s among strangers; BENCHMARKS §16 point 3:
+16 fetches a window, publish → chosen had a p95 of 9.8 s here (17.8 s among strangers; docs/benchmarks/scale.md §16 point 3:
 13.5–31.7 s simulated). Now a candidate younger than two pace intervals (1.25 s) is taken before any older one, fair
 among the fresh ones and paced at the budget's rate, and the p95 is ≤ 1.45 s, a fraction of a round. These tests
 fail on the code before (p95 9.8 s and 17.8 s; a candidate dated ahead picked as often as a fresh one; no pace).
