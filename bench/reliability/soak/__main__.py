@@ -1,4 +1,4 @@
-"""Soak (docs/BENCHMARKS.md §15): an hour of kills, restarts and hostile peers.
+"""Soak (docs/benchmarks/reliability.md §15): an hour of kills, restarts and hostile peers.
 
 Real processes on 127.0.0.1, all pinned to CPU core 0 (with every process they start): a
 `swarm bootstrap` (fixed port and identity, so a restart comes back at the same address) and
@@ -17,7 +17,7 @@ node has finished a round the clock starts:
              here is its own session, and the kernel's autogroups make nice moot across sessions).
 With --attackers the disturbed phase also has the exhaustion attackers of bench/reliability/soak/roles.py (a decode
 bomber, a relay pushing honest records under its own id ten times a second, a staller, a leech, a dialer
-with 32 ghosts naming a tarpit, an unsigned-entry flooder, a name bloater: docs/BENCHMARKS.md §15B), from
+with 32 ghosts naming a tarpit, an unsigned-entry flooder, a name bloater: docs/benchmarks/reliability.md §15B), from
 a tenth to 95 % of it, on CPU core 1 — other machines, as attackers are. A node, the bootstrap or the
 garbage sender that exits on its own is restarted 10 s later, as a
 supervisor would; the report counts it. RSS (main process + DHT child + p2pd, from /proc, each part and the total) is

@@ -6,7 +6,7 @@ ghost    a throwaway identity announces one bundle and leaves at once: its annou
          (for swarm.max_age_s) and every fetch of it fails.
 garbage  a live peer that publishes a bundle every --period-s until SIGINT/SIGTERM; every record is one a
          node must drop (another model's fingerprint, prompts that are not the task's question, random ids).
-The exhaustion attackers (docs/BENCHMARKS.md §15B), each until SIGINT/SIGTERM:
+The exhaustion attackers (docs/benchmarks/reliability.md §15B), each until SIGINT/SIGTERM:
 bomber   publishes a decode bomb (~6 KB of zstd, ~2^21 equal tokens) every --period-s, pushed to its peers
 relay    fetches the honest peers' bundles and pushes their records to every peer under its own id, ten
          times a second (a client-mode push: no address named), to take their fetches and standing

@@ -1,4 +1,4 @@
-"""Sybil-bounded work (docs/BENCHMARKS.md §14): what many throwaway identities cost a node.
+"""Sybil-bounded work (docs/benchmarks/reliability.md §14): what many throwaway identities cost a node.
 
 Real hivemind peers on 127.0.0.1, no model. Two arms, each on a fresh bootstrap peer and a fresh victim:
 
