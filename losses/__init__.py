@@ -9,8 +9,10 @@ The config classes and the `LossConfig` union live in losses.config, which needs
 functions, the shared inputs, the tokenizer-agnostic behaviour view and the metrics live in
 losses.base and the family modules, and are imported here on first use. losses.registry maps names to
 (config class, function) and builds them; losses.plugin resolves the user's own objects by import path;
-losses.imitation (`train.imitate`) and losses.peer_floor (`train.peer_token_floor`) wrap any loss, and so does
-losses.distill (on-policy distillation: a teacher's per-token reverse KL added to the reward advantage, bounded).
+losses.compose holds a node's loss as one object, `Loss`: a base loss, the terms added to it and the filters of
+its inputs, with one `needs_reference`; its parts are losses.imitation's term (`train.imitate`), losses.peer_floor's
+filter (`train.peer_token_floor`) and losses.distill's term (on-policy distillation: a teacher's per-token reverse
+KL added to the reward advantage, bounded).
 """
 
 from __future__ import annotations

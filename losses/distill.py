@@ -1,4 +1,4 @@
-"""On-policy distillation from a teacher, added to any loss: a per-token reverse-KL advantage.
+"""On-policy distillation from a teacher, a term added to any loss: a per-token reverse-KL advantage.
 
 On the student's own samples y ~ π_old, a teacher gives log π_T(y_t | x, y_<t) of each token
 (node.distill.score; carried on LossInputs as `logp_teacher`, with `teacher_scored` marking the
@@ -7,7 +7,7 @@ tokens it scored). The advantage of token t becomes
     A_t = A_reward − λ · (log π_old(y_t) − log π_T(y_t))
 
 and the loss is the policy gradient with that per-token advantage. Since the reward part is the
-row's A_i on every token, the loss splits into the wrapped loss (reward advantage, unchanged) plus
+row's A_i on every token, the loss splits into the base loss (reward advantage, unchanged) plus
 
     L_distill = (1/N) Σ_i (1/|y_i|) Σ_{t scored} −min(R_t·(−λ d_t), clip(R_t, 1−ε, 1+ε)·(−λ d_t)),
     d_t = sg(log π_old(y_t) − log π_T(y_t)),   R_t = π_θ(y_t) / π_old(y_t)
@@ -75,7 +75,7 @@ Departures, all ours:
 - The student's log-probability is π_old (the policy at the start of the round's steps, what
   sampled the rows on the round's first step), not the sampler's μ: the two agree for the node's own
   rows up to float error, and π_old is what the trust-region ratio is taken against.
-- The reward part keeps the wrapped loss's own clip and normalisation; the distillation part has its
+- The reward part keeps the base loss's own clip and normalisation; the distillation part has its
   own PPO clip (ε, 0.2 by default) on R and the sequence mean (seq) of every loss here, or the
   `norm` given. This is not one clipped surrogate of the summed advantage A_t: a token whose
   reward part is clipped still gets its distillation part, and the reverse.
@@ -102,7 +102,7 @@ estimate), `distill_scored_share` (scored own tokens / own tokens), `distill_lam
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +117,7 @@ from losses.base import (
     reduce_tokens,
     safe_exp,
 )
+from losses.compose import as_loss
 from losses.peer_floor import floor_tokens
 
 MAX_TOKEN_GAP = 10.0  # nats: |log π_old − log π_T| of one token at most (node.distill.config repeats the defaults)
@@ -308,11 +309,37 @@ def distill_term(inputs: LossInputs, lam: float, eps: float = 0.2, norm: Norm = 
     return term, metrics
 
 
+@dataclass(frozen=True)
+class DistillTerm:
+    """distill_term at λ = `lam` (a number, or a callable giving the current λ at each call), as a term of
+    losses.compose.Loss. It reads only the node's own rows and floors them by its own `bounds`, so the loss's input
+    filters (the peer floor on peers' rows) do not apply to it (`filtered` False): it sees the step's inputs."""
+
+    lam: float | Callable[[], float]
+    eps: float = 0.2
+    norm: Norm = "seq"
+    bounds: TeacherBounds = TeacherBounds()
+    signal: str = "chunk"
+    filtered = False
+    needs_reference = False
+
+    def __post_init__(self) -> None:
+        if self.signal not in SIGNALS:
+            raise ValueError(f"the cross-tokenizer signal must be one of {SIGNALS}, not {self.signal!r}")
+
+    def __call__(self, inputs: LossInputs) -> tuple[Tensor, dict]:
+        now = float(self.lam()) if callable(self.lam) else self.lam
+        if now < 0:
+            raise ValueError(f"the distillation coefficient must be >= 0, not {now!r}")
+        return distill_term(inputs, now, self.eps, self.norm, self.bounds, self.signal)
+
+
 def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds: TeacherBounds = TeacherBounds(),
                       signal: str = "chunk"):
-    """`loss_fn` plus the distillation term at `lam` (`loss_fn` itself when lam is 0). `lam` is a number, or a
-    callable giving the current λ at each call (a schedule the caller moves, e.g. with `linear_lambda`); `bounds`
-    what a teacher's values can do (TeacherBounds); `signal` how a chunk's gap reaches its tokens (SIGNALS)."""
+    """`loss_fn` (a losses.compose.Loss, or a base loss) with DistillTerm(lam, ...) added (`loss_fn` itself when lam
+    is 0). `lam` is a number, or a callable giving the current λ at each call (a schedule the caller moves, e.g. with
+    `linear_lambda`); `bounds` what a teacher's values can do (TeacherBounds); `signal` how a chunk's gap reaches its
+    tokens (SIGNALS)."""
     if signal not in SIGNALS:
         raise ValueError(f"the cross-tokenizer signal must be one of {SIGNALS}, not {signal!r}")
     if not callable(lam):
@@ -320,15 +347,4 @@ def with_distillation(loss_fn, lam, eps: float = 0.2, norm: Norm = "seq", bounds
             raise ValueError(f"the distillation coefficient must be >= 0, not {lam!r}")
         if lam == 0:
             return loss_fn
-
-    @functools.wraps(loss_fn)
-    def fn(inputs: LossInputs) -> LossOutputs:
-        out = loss_fn(inputs)
-        now = float(lam()) if callable(lam) else lam
-        if now < 0:
-            raise ValueError(f"the distillation coefficient must be >= 0, not {now!r}")
-        term, metrics = distill_term(inputs, now, eps, norm, bounds, signal)
-        return LossOutputs(out.loss + term, {**out.metrics, **metrics})
-
-    fn.needs_reference = getattr(loss_fn, "needs_reference", False)
-    return fn
+    return as_loss(loss_fn).with_term(DistillTerm(lam, eps, norm, bounds, signal))

@@ -36,9 +36,10 @@ Metrics: `imitation_share_external` (`_local`), the share of peers' (own) rows t
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
-from losses.base import LossInputs, LossOutputs, behaviour_view, reduce_rows
+from losses.base import LossInputs, behaviour_view, reduce_rows
+from losses.compose import as_loss
 
 
 def imitation_term(inputs: LossInputs, rows: str = "peers") -> tuple:
@@ -53,26 +54,36 @@ def imitation_term(inputs: LossInputs, rows: str = "peers") -> tuple:
     return reduce_rows(-view.seq_logp * imitate, view), imitate
 
 
-def with_imitation(loss_fn, lam: float, rows: str = "peers"):
-    """`loss_fn` plus `lam` × the imitation term over `rows` (peers / all; `loss_fn` itself when lam is 0)."""
-    if lam == 0:
-        return loss_fn
-    if rows not in ("peers", "all"):
-        raise ValueError(f"imitate_rows must be peers or all, not {rows!r}")
+@dataclass(frozen=True)
+class ImitationTerm:
+    """lam × imitation_term over `rows` (peers / all), with its metrics: a term of losses.compose.Loss that the
+    loss's filters apply to (the peer floor takes the gradient of the peers' tokens it floors here too)."""
 
-    @functools.wraps(loss_fn)
-    def fn(inputs: LossInputs) -> LossOutputs:
-        out = loss_fn(inputs)
-        term, imitate = imitation_term(inputs, rows)
+    lam: float
+    rows: str = "peers"
+    filtered = True
+    needs_reference = False
+
+    def __post_init__(self) -> None:
+        if self.rows not in ("peers", "all"):
+            raise ValueError(f"imitate_rows must be peers or all, not {self.rows!r}")
+
+    def __call__(self, inputs: LossInputs) -> tuple:
+        term, imitate = imitation_term(inputs, self.rows)
         ext = inputs.is_external.to(imitate.dtype)
         n_ext, n_own = float(ext.sum()), float((1 - ext).sum())
-        metrics = {**out.metrics, "imitation_share_external": float((imitate * ext).sum()) / n_ext if n_ext else 0.0}
+        metrics = {"imitation_share_external": float((imitate * ext).sum()) / n_ext if n_ext else 0.0}
         if inputs.imitable is not None:  # peers' above-group rows the bar (train.imitate_bar: own) kept out
             barred = (inputs.advantages > 0) & inputs.is_external & ~inputs.imitable.to(inputs.is_external.device)
             metrics["imitation_barred_external"] = float(barred.sum()) / n_ext if n_ext else 0.0
-        if rows == "all":
+        if self.rows == "all":
             metrics["imitation_share_local"] = float((imitate * (1 - ext)).sum()) / n_own if n_own else 0.0
-        return LossOutputs(out.loss + lam * term, metrics)
+        return self.lam * term, metrics
 
-    fn.needs_reference = getattr(loss_fn, "needs_reference", False)
-    return fn
+
+def with_imitation(loss_fn, lam: float, rows: str = "peers"):
+    """`loss_fn` (a losses.compose.Loss, or a base loss) with ImitationTerm(lam, rows) added (`loss_fn` itself
+    when lam is 0)."""
+    if lam == 0:
+        return loss_fn
+    return as_loss(loss_fn).with_term(ImitationTerm(lam, rows))

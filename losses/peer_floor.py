@@ -1,4 +1,4 @@
-"""A floor on what a peer's row may teach, wrapped around any loss: `train.peer_token_floor: p`.
+"""A floor on what a peer's row may teach, a filter of any loss's inputs: `train.peer_token_floor: p`.
 
     peer's row i, token t:  π_old(y_i,t) < p  ⇒  no gradient through log π_θ(y_i,t), nor through any
                             later token of row i (`train.peer_floor_span: rest`, the default; `token`:
@@ -9,8 +9,8 @@ the distribution it samples from; on a round's single step it is sg(π_θ) of th
 the floor takes has its log π_θ replaced by sg(log π_θ), so every value the loss computes — the
 importance weight π_θ/μ, the surrogate, the F-TIS filter's statistic, the metrics, the row's token
 count — is what it was; only the gradient is gone. The node's own rows are never touched. It applies
-to everything the wrapped loss adds, the imitation term of `train.imitate` (losses/imitation.py)
-included, when it wraps that term too (node/node.py does).
+to the base loss and to every term of the loss that reads peers' rows (losses/compose.py: it is the
+loss's input filter), the imitation term of `train.imitate` (losses/imitation.py) included.
 
 Why. A receiver verifies only a completion's final answer, and a peer's row trains the whole
 completion: under F-TIS at weight w = min(π_θ/μ, C) with a μ the sender claims (a claimed log μ of
@@ -52,12 +52,13 @@ floor took the gradient from.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
-from losses.base import LossInputs, LossOutputs
+from losses.base import LossInputs
+from losses.compose import as_loss
 
 
 def floor_tokens(inputs: LossInputs, floor: float, span: str, rows: torch.Tensor) -> tuple[LossInputs, torch.Tensor]:
@@ -74,26 +75,34 @@ def floor_tokens(inputs: LossInputs, floor: float, span: str, rows: torch.Tensor
 
 
 def floor_peer_tokens(inputs: LossInputs, floor: float, span: str = "rest") -> tuple[LossInputs, torch.Tensor]:
-    """floor_tokens on the peers' rows: what the wrapped loss may not push (module docstring)."""
+    """floor_tokens on the peers' rows: what the loss may not push (module docstring)."""
     return floor_tokens(inputs, floor, span, inputs.is_external)
 
 
-def with_peer_floor(loss_fn, floor: float, span: str = "rest"):
-    """`loss_fn` on inputs whose peers' tokens taken by the floor carry no gradient (`loss_fn` itself when floor is 0)."""
-    if floor == 0:
-        return loss_fn
-    if not 0 < floor < 1:
-        raise ValueError(f"peer_token_floor must lie in [0, 1), not {floor!r}")
-    if span not in ("rest", "token"):
-        raise ValueError(f"peer_floor_span must be rest or token, not {span!r}")
+@dataclass(frozen=True)
+class PeerFloor:
+    """floor_peer_tokens as an input filter of losses.compose.Loss, with its metric: the base loss and every
+    filtered term (losses.imitation's) see the floored inputs."""
 
-    @functools.wraps(loss_fn)
-    def fn(inputs: LossInputs) -> LossOutputs:
-        floored, low = floor_peer_tokens(inputs, floor, span)
-        out = loss_fn(floored)
+    floor: float
+    span: str = "rest"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor < 1:
+            raise ValueError(f"peer_token_floor must lie in [0, 1), not {self.floor!r}")
+        if self.span not in ("rest", "token"):
+            raise ValueError(f"peer_floor_span must be rest or token, not {self.span!r}")
+
+    def __call__(self, inputs: LossInputs) -> tuple[LossInputs, dict]:
+        floored, low = floor_peer_tokens(inputs, self.floor, self.span)
         ext_tokens = float(((inputs.mask != 0) & inputs.is_external[:, None].to(low.device)).sum())
         share = float(low.sum()) / ext_tokens if ext_tokens else 0.0
-        return LossOutputs(out.loss, {**out.metrics, "floored_share_external": share})
+        return floored, {"floored_share_external": share}
 
-    fn.needs_reference = getattr(loss_fn, "needs_reference", False)
-    return fn
+
+def with_peer_floor(loss_fn, floor: float, span: str = "rest"):
+    """`loss_fn` (a losses.compose.Loss, or a base loss) whose inputs pass PeerFloor(floor, span) first (`loss_fn`
+    itself when floor is 0)."""
+    if floor == 0:
+        return loss_fn
+    return as_loss(loss_fn).with_filter(PeerFloor(floor, span))
