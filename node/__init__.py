@@ -1,6 +1,7 @@
 """One node of the swarm: everything between the transport (swarm/) and the losses (losses/).
 
-  node       Node: a node's state across rounds, built from its config
+  node       Node: a node's state across rounds, on its parts
+  assemble   build_parts(): the composition root, every part of a node built from its config
   runner     run(): the rounds, with the round function of the node's mode
   round/     the round itself (start at node.round.loop.run_round) and its steps
   federated/ federated mode: its round function, PubSwap rules, client split, adapter averaging

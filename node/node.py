@@ -1,42 +1,28 @@
-"""A node's parts, built from its config: model, tasks, generator, loss, selector, transport, logs.
+"""A node's state across rounds, on the parts node.assemble builds from its config.
 
-`Node` holds state across rounds (weights, optimizer, round counter, policy version, the pool of
-external groups); a round reads only its `parts` (node.round.parts.RoundParts, built here for each
-round); its `mode` picks the round function (node.runner): `node.round.loop.run_round()`
-for a node that samples, shares and trains, `node.federated.round.run_federated_round()` in
-federated mode, node.heterorl's `run_sampler_round()` / `run_learner_round()` for those roles.
+`Node` holds its parts (node.assemble.NodeParts: model, tasks, generator, loss, selector, transport, …) as its
+attributes, and what lives across rounds itself: the metrics log, held-out results, the round counter and the
+policy version (its `policy`), restored from a checkpoint on resume. A round reads only its `parts`
+(node.round.parts.RoundParts, built here for each round, with the node as its book); its `mode` picks the round
+function (node.runner): `node.round.loop.run_round()` for a node that samples, shares and trains,
+`node.federated.round.run_federated_round()` in federated mode, node.heterorl's `run_sampler_round()` /
+`run_learner_round()` for those roles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-from losses import build_loss_from_config
-from losses.distill import with_distillation
-from losses.imitation import with_imitation
-from losses.peer_floor import with_peer_floor
+from node.assemble import NodeParts, build_parts
 from node.books import checkpoint
 from node.books.metrics import EvalResult, MetricsLog
 from node.config import NodeConfig
-from node.distill.mode import build_distill
-from node.federated.mode import Federated, FederatedTasks
-from node.generation.base import build_generator
-from node.heterorl.state import build_role_state
-from node.models.device import place
-from node.models.load import load_model
-from node.round.dedup import SeenGroups
-from node.round.parts import PolicyState, RoundParts
-from node.round.reference import build_reference
-from node.round.select import SapoSelector
-from node.round.train import build_optimizer
-from node.tasks.source import TaskSource, render_prompt
+from node.round.parts import RoundParts
 
 if TYPE_CHECKING:
     from swarm.exchange.transport import Transport
@@ -47,51 +33,17 @@ log = logging.getLogger(__name__)
 class Node:
     def __init__(self, cfg: NodeConfig, out_dir: Path, *, transport: Transport | None = None,
                  clock: Callable[[], float] = time.time):
-        self.cfg = cfg
         self.clock = clock  # the rounds' clock (node.round.parts.RoundParts.clock)
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
-        random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-
-        loaded = load_model(cfg.model)
-        self.model, self.tokenizer = loaded.model, loaded.tokenizer
-        self.precision = place(self.model, cfg.train)  # train.device, autocast, gradient checkpointing
-        self.fingerprint, self.vocab_size = loaded.fingerprint, loaded.vocab_size
-        self.tasks = FederatedTasks(cfg.tasks, cfg.federated.split) if cfg.federated else TaskSource(cfg.tasks)
-        self.generator = build_generator(cfg.generation, self.model, self.tokenizer)
-        self.loss_fn = with_peer_floor(with_imitation(build_loss_from_config(cfg.loss), cfg.train.imitate,
-                                                      rows=cfg.train.imitate_rows), cfg.train.peer_token_floor,
-                                      span=cfg.train.peer_floor_span)
-        # π_ref for a KL penalty (the loss says whether it needs one): the initial weights
-        self.reference = build_reference(self.model) if getattr(self.loss_fn, "needs_reference", False) else None
-        self.policy = PolicyState(self.model, build_optimizer(self.model, cfg.train))  # what a round trains
-        self.precision.attach(self.optimizer)  # float16: skip overflowing steps, adapt the loss scale
-        self.selector = SapoSelector(cfg.select, seed=cfg.seed)
-        self.transport = transport
-        self.peer_id = transport.peer_id if transport is not None else cfg.name
-        self.seen_groups = SeenGroups(cfg.ingest.max_age_s + cfg.ingest.max_clock_skew_s)  # node.round.dedup
-        if transport is not None:  # bundles are decoded under our own budget per completion (swarm.exchange.receive)
-            transport.limit_completions(cfg.ingest.max_completion_tokens or cfg.generation.max_new_tokens)
-        self.hetero = build_role_state(self)  # role sampler / learner: weight channel and bookkeeping
-        self.distill = build_distill(self)  # a teacher's score service, a student's requests (node.distill)
-        if self.distill is not None and self.distill.student is not None:  # λ of the round, read at each call
-            self.loss_fn = with_distillation(self.loss_fn, lambda: self.distill.coef, bounds=self.distill.bounds,
-                                             signal=self.distill.signal)
-        self.federated = None
-        if cfg.federated is not None:
-            print(self.tasks.describe(), flush=True)
-            self.federated = Federated(cfg.federated, self.model, swarm_id=cfg.swarm.swarm_id, transport=transport)
+        built = build_parts(cfg, transport)
+        for f in dataclasses.fields(NodeParts):  # node.model, node.loss_fn, …: ops and bench read them
+            setattr(self, f.name, getattr(built, f.name))
         self.log = MetricsLog(self.out_dir, cfg.name, cfg.metrics, run_config=cfg.model_dump(mode="json"),
                               identity={"name": cfg.name, "peer_id": transport.peer_id if transport else None,
                                         "model": cfg.model.spec})
         self._eval_set = self.tasks.eval_set()
         self._eval_labels = self.tasks.eval_labels()
-        self._system_prompt = self.tasks.system_prompt()
-        self._prompt_cache: dict = {}
-        self.memory_plan = self._plan_memory()  # train.* auto: resolved once, here, into self.cfg
         self.next_round = 0
         self.start = "fresh start"  # or "resumed from <checkpoint>" (_resume)
         self.eval_before: float | None = None  # held-out accuracy before round 0
@@ -135,38 +87,6 @@ class Node:
         if self.federated is not None:
             return "federated"
         return "sapo" if self.cfg.role == "full" else self.cfg.role
-
-    def _plan_memory(self):
-        """Measure and fix `train.micro_batch_rows` / `train.gradient_checkpointing` when either is auto
-        (node.round.memory); None when neither is."""
-        cfg, g = self.cfg, self.cfg.generation
-        if cfg.train.micro_batch_rows != "auto" and cfg.train.gradient_checkpointing != "auto":
-            return None
-        from node.round.memory import plan_memory
-
-        prompts = [self.prompt_of(t) for t in self.tasks.sample(0, min(g.prompts_per_round, 64))]
-        longest = max(len(self.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
-        step_rows = (cfg.select.local_groups + cfg.select.external_groups) * g.group_size
-        reserve_fn = getattr(self.generator, "reserve_bytes", None)  # the hf loop's caches; vLLM has taken its share
-        reserve = reserve_fn(min(g.max_batch_sequences, g.prompts_per_round * g.group_size),
-                             longest + g.max_new_tokens) if reserve_fn else 0
-        plan = plan_memory(self.model, cfg.train, row_tokens=longest + g.max_new_tokens,
-                           completion_tokens=g.max_new_tokens, step_rows=max(step_rows, 1),
-                           pad_id=self.tokenizer.pad_token_id, reserve=reserve)
-        self.cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
-            "micro_batch_rows": plan.micro_batch_rows, "gradient_checkpointing": plan.checkpointing})})
-        log.info("%s: %s", cfg.name, plan.describe())
-        return plan
-
-    # -- prompts -----------------------------------------------------------------------------
-    def prompt_of(self, task) -> str:
-        key = task.ref.dataset, task.ref.seed, task.ref.index, str(task.ref.config)
-        if key not in self._prompt_cache:
-            if len(self._prompt_cache) > 4096:
-                self._prompt_cache.clear()
-            self._prompt_cache[key] = render_prompt(self.tokenizer, task.question, self._system_prompt,
-                                                   task.messages)
-        return self._prompt_cache[key]
 
     # -- evaluation --------------------------------------------------------------------------
     def eval_due(self, round_: int) -> bool:

@@ -3,7 +3,7 @@ requests, the score stream they share, and λ of the round.
 
 `build_distill(node)` returns None when the node neither serves nor names teachers. The round
 (node.round.loop.run_round) calls `ask` after sampling, `collect` before selection and `served` for the
-metrics line; the node wraps its loss with losses.distill.with_distillation reading `coef`, under `bounds`
+metrics line; node.assemble adds losses.distill's term to a student's loss (with_distillation) reading `coef`, under `bounds`
 (`teacher_bounds`: the distill section's clips and train.peer_token_floor).
 """
 

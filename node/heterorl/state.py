@@ -1,4 +1,4 @@
-"""A role's state on a node (built by Node for role sampler or learner): its weight channel and bookkeeping.
+"""A role's state on a node (built by node.assemble for role sampler or learner): its weight channel and bookkeeping.
 
     SamplerState   follows the configured learners' weights: loads the newest verified version into the
                    model (and the generator: vLLM reloads), so every record it samples carries that version
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class RoleNode(Protocol):
-    """What building a role's state reads (the node builds it with itself; a round hands its
+    """What building a role's state reads (node.assemble builds it with the node's NodeParts; a round hands its
     node.round.parts.RoundParts, which has the same names)."""
 
     cfg: NodeConfig

@@ -1,4 +1,5 @@
-"""What a round reads of its node: `RoundParts`, built by the node (node.node.Node.parts) for each round.
+"""What a round reads of its node: `RoundParts`, handed out by the node (node.node.Node.parts) for each round, of
+the parts node.assemble built.
 
 The steps (node.round.steps) and every round function (node.round.loop, node.federated.round,
 node.heterorl) take these parts, never the node itself, so nothing under node.round, node.federated
@@ -74,7 +75,7 @@ class RoundParts:
     tasks: TaskSource  # node.federated.mode.FederatedTasks in federated mode
     prompt_of: Callable[[Task], str]  # a task's prompt in our chat template
     generator: Generator
-    loss_fn: Any
+    loss_fn: Any  # losses.compose.Loss (node.assemble.build_node_loss); a bare loss function in some tests
     reference: Any  # π_ref of a KL penalty (None: the loss needs none)
     policy: PolicyState
     selector: SapoSelector

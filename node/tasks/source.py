@@ -49,8 +49,8 @@ from node.tasks.task import Task, TaskError
 from protocols.records import TaskRef
 
 DATASET_NAMES = frozenset(dataset_names())
-__all__ = ["DATASET_NAMES", "Task", "TaskError", "TaskSource", "extract", "regenerate", "render_prompt", "score",
-           "task_label"]
+__all__ = ["DATASET_NAMES", "PromptCache", "Task", "TaskError", "TaskSource", "extract", "regenerate", "render_prompt",
+           "score", "task_label"]
 
 
 def regenerate(ref: TaskRef) -> Task:
@@ -234,3 +234,20 @@ def render_prompt(tokenizer, question: str, system_prompt: str | None, messages=
     if system_prompt and messages[0].get("role") != "system":
         messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+class PromptCache:
+    """`prompt_of(task)`: render_prompt of a task in the node's chat template, cached by its TaskRef (4096 at most,
+    then cleared)."""
+
+    def __init__(self, tokenizer, system_prompt: str | None):
+        self.tokenizer, self.system_prompt = tokenizer, system_prompt
+        self._cache: dict = {}
+
+    def __call__(self, task: Task) -> str:
+        key = task.ref.dataset, task.ref.seed, task.ref.index, str(task.ref.config)
+        if key not in self._cache:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = render_prompt(self.tokenizer, task.question, self.system_prompt, task.messages)
+        return self._cache[key]
