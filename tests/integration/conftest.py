@@ -5,6 +5,9 @@
 `bootstrap` starts a `swarm bootstrap` process for tests that run `swarm node` processes: it yields
 (its multiaddrs, a list of children) and stops every child in the list at the end.
 
+`node_dht_and_peers(2, dht_max_held_mib=1)` starts a node's DHT peer as a node starts it
+(swarm.dht.peer.start_swarm_dht) and N unmodified hivemind DHT peers joined to it; yields (node's DHT, peers).
+
 `swarm3` is the module-scoped fixture most integration tests use: a test module sets
 `SWARM3_CONFIG = {...}` (SwarmConfig fields) to tune its peers. Everything started is shut down
 on exit, also when a test fails, so no p2pd outlives the test session.
@@ -18,6 +21,7 @@ import pytest
 
 from swarm.config import SwarmConfig
 from swarm.dht.bootstrap import start_bootstrap
+from swarm.dht.peer import start_swarm_dht
 from swarm.exchange.hivemind import HivemindTransport
 from swarm.host.local import start_bootstrap as start_bootstrap_process
 from swarm.host.local import stop_all
@@ -44,6 +48,26 @@ def transport_swarm(n: int, **overrides):
         for p in peers:
             p.shutdown()
         boot.shutdown()
+
+
+@contextmanager
+def node_dht_and_peers(n: int, **swarm):
+    """A node's DHT peer (start_swarm_dht, SwarmConfig fields `swarm`) and `n` plain hivemind DHT peers joined to it
+    on 127.0.0.1; yields (the node's DHT, the peers) and shuts all of them down."""
+    from hivemind import DHT
+
+    dht, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[], startup_timeout_s=120, **swarm))
+    peers = []
+    try:
+        maddrs = [str(m) for m in dht.get_visible_maddrs()]
+        for _ in range(n):
+            peers.append(DHT(start=True, initial_peers=maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                             startup_timeout=120))
+        yield dht, peers
+    finally:
+        for p in peers:
+            p.shutdown()
+        dht.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,10 @@ import time
 from functools import partial
 
 import pytest
-from hivemind import DHT
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.p2p import PeerID
 
-from swarm.config import SwarmConfig
-from swarm.dht.peer import start_swarm_dht
+from tests.integration.conftest import node_dht_and_peers
 
 pytestmark = pytest.mark.integration
 
@@ -60,14 +58,7 @@ def _wait(probe, until, deadline_s: float = 120.0) -> dict:
 
 
 def test_a_peer_handing_over_entries_the_node_holds_is_not_charged_and_its_own_announcements_are_accepted():
-    dht, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[], startup_timeout_s=120,
-                                            dht_max_held_mib=1))
-    peers = []
-    try:
-        maddrs = [str(m) for m in dht.get_visible_maddrs()]
-        for _ in range(2):
-            peers.append(DHT(start=True, initial_peers=maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                             startup_timeout=120))
+    with node_dht_and_peers(2, dht_max_held_mib=1) as (dht, peers):
         owner, relay = peers
         me, relay_id = dht.peer_id.to_base58(), relay.peer_id.to_base58()
         expiration = time.time() + 900
@@ -85,7 +76,3 @@ def test_a_peer_handing_over_entries_the_node_holds_is_not_charged_and_its_own_a
         books = dht.run_coroutine(partial(_books, sender=relay_id))
         assert books["entries"] == 46 and books["refused"] == {}, (stored, books)  # before: sender_full
         assert 10 * 3000 < books["charged"] < 10 * 3500, books
-    finally:
-        for p in peers:
-            p.shutdown()
-        dht.shutdown()

@@ -12,11 +12,9 @@ import time
 from functools import partial
 
 import pytest
-from hivemind import DHT
 from hivemind.dht.storage import DictionaryDHTValue
 
-from swarm.config import SwarmConfig
-from swarm.dht.peer import start_swarm_dht
+from tests.integration.conftest import node_dht_and_peers
 
 pytestmark = pytest.mark.integration
 
@@ -40,14 +38,7 @@ async def _store(_dht, node, prefix: str, n: int, size: int, ahead_s: float) -> 
 
 
 def test_a_peer_cannot_make_a_node_hold_more_than_its_share():
-    dht, _, _ = start_swarm_dht(SwarmConfig(enabled=True, initial_peers=[], startup_timeout_s=120,
-                                            dht_max_held_mib=1))
-    peers = []
-    try:
-        maddrs = [str(m) for m in dht.get_visible_maddrs()]
-        for _ in range(2):
-            peers.append(DHT(start=True, initial_peers=maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-                             startup_timeout=120))
+    with node_dht_and_peers(2, dht_max_held_mib=1) as (dht, peers):
         greedy, other = peers
         assert dht.run_coroutine(_held)["entries"] == 0
         greedy.run_coroutine(partial(_store, prefix="big", n=20, size=1 << 20, ahead_s=365 * 86400))
@@ -63,7 +54,3 @@ def test_a_peer_cannot_make_a_node_hold_more_than_its_share():
         other.run_coroutine(partial(_store, prefix="other", n=10, size=1000, ahead_s=600))
         after = dht.run_coroutine(_held)
         assert after["entries"] == held["entries"] + 10  # another sender still has its own share
-    finally:
-        for p in peers:
-            p.shutdown()
-        dht.shutdown()
