@@ -68,7 +68,7 @@ class NodeParts:
     hetero: Any = None  # node.heterorl.state's SamplerState / LearnerState
     distill: Any = None  # node.distill.mode.Distill
     federated: Federated | None = None
-    memory_plan: Any = None  # node.round.memory's plan when train.* was auto, else None
+    memory_plan: Any = None  # node.round.sizing's plan when train.* was auto, else None
 
 
 def build_node_loss(cfg: NodeConfig) -> Loss:
@@ -114,11 +114,11 @@ def build_parts(cfg: NodeConfig, transport: Transport | None = None) -> NodePart
 
 def plan_memory(parts: NodeParts) -> None:
     """Measure and fix `train.micro_batch_rows` / `train.gradient_checkpointing` when either is auto
-    (node.round.memory), into `parts.cfg` and `parts.memory_plan`; nothing when neither is."""
+    (node.round.sizing), into `parts.cfg` and `parts.memory_plan`; nothing when neither is."""
     cfg, g = parts.cfg, parts.cfg.generation
     if cfg.train.micro_batch_rows != "auto" and cfg.train.gradient_checkpointing != "auto":
         return
-    from node.round.memory import plan_memory as plan
+    from node.round.sizing import plan_memory as plan
 
     prompts = [parts.prompt_of(t) for t in parts.tasks.sample(0, min(g.prompts_per_round, 64))]
     longest = max(len(parts.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)

@@ -1,5 +1,5 @@
 """A score request and its response: a student asks a teacher for log π_teacher of its own tokens
-(docs/PROTOCOL.md §11; the stream is swarm.exchange.scoring).
+(docs/PROTOCOL.md §11; the stream is swarm.exchange.score_stream).
 
     request  = zstd(msgpack({"v": 1, "swarm", "prompt", "temperature", "completions": [c, ...]
                              [, "tokenizer", "vocab_size"]}))

@@ -2,9 +2,9 @@
 
   exchange/  how records travel between peers: the Transport interface the node calls (with the side channels it
              opens on the same peer: weights, score link, averager) and InboxFront (the calls answered from the
-             Inbox), the receive rules (receive, inbox, standing, pending), the in-memory twin (memory) and the real
+             Inbox), the receive rules (receive, inbox, standing, pending), the in-memory twin (twin) and the real
              transport on hivemind (hivemind, with its streams: handlers, admission, fetch, push, polling, loop;
-             gossip beside the DHT; the score stream: scoring)
+             gossip beside the DHT; the score stream: score_stream)
   dht/       this process's DHT peer and its record validators (peer), which of a key's entries a read keeps
              (entries), the requests it serves each sender (budget), expirations (expiry), a DHT-only bootstrap
              peer (bootstrap)

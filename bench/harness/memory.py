@@ -28,7 +28,7 @@ The lab models' estimate is a few hundred MiB a node; it matters for pretrained 
 micro-batch took ≈ 22 GB — what killed the real-LM benchmark on this 24 GiB machine.
 
 On a GPU (`train.device: cuda…`) a job's host memory is counted as 2 × 200 MiB a node (the GPU's memory is the
-planner's, node.round.memory). `fits(job_bytes, workers)`: how many jobs may run side by side within MemAvailable (at least one; none, with
+planner's, node.round.sizing). `fits(job_bytes, workers)`: how many jobs may run side by side within MemAvailable (at least one; none, with
 a message, when a single job does not fit).
 """
 

@@ -1,10 +1,10 @@
-"""The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.exchange.memory: the real
+"""The swarm runner: N nodes in one process on the in-memory twin of the transport (swarm.exchange.twin: the real
 encode, vet, receive rules and fan-in), one torch thread each, taking turns round by round, so arms differ only in
 what they set. Used by the learning benches that compare a node in a swarm with one alone.
 
 Two twins (`twin`):
   rounds  (default) delivery by round: what a node publishes in round r is visible to every peer from round
-          r + `delay` (swarm.exchange.memory, by rounds), and every clock the nodes and their transports read is
+          r + `delay` (swarm.exchange.twin, by rounds), and every clock the nodes and their transports read is
           virtual — round r, turn k is T0 + r·round_s + k·TURN_S — with seeded choices, so the fan-in's windows,
           ages and standing are functions of the rounds alone and a run reproduces to the last digit whatever
           the machine's load (tests/integration/test_sharing_twin.py). round_s (default 10 s, one announcement
@@ -25,7 +25,7 @@ import time
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
 TWINS = ("rounds", "clock")
 BOUNDS = ("distill_clipped_share", "distill_capped_share", "distill_guarded_share")

@@ -1,7 +1,7 @@
 """GEPO against GRPO and sequence-level IS under delay (HeteroRL, gepo paper §4), on the lab model.
 
 One learner (role learner, `run_learner_round`) trains on the records of K samplers (`sample_round`),
-all in one process on the in-memory twin of the transport (swarm.exchange.memory: the real encode, vet, decode
+all in one process on the in-memory twin of the transport (swarm.exchange.twin: the real encode, vet, decode
 and ingest path), one torch thread each, so a run is reproducible and the runs differ only in the
 loss and the staleness bound.
 
@@ -52,7 +52,7 @@ from node.heterorl.sampler import sample_round
 from node.node import Node
 from node.round.config import DelayConfig
 from node.round.delay import DelayModel
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
 RESULTS = results_dir("learning")
 

@@ -7,7 +7,7 @@ per round (equal generation compute) and training on I of its own and J of its p
 as on-policy, and F-TIS), over several seeds.
 
 The nodes run in one process, one after another each round, on the in-memory twin of the
-transport (swarm.exchange.memory: the same receive rules and fan-in as the real one), each on one torch
+transport (swarm.exchange.twin: the same receive rules and fan-in as the real one), each on one torch
 thread, so configurations set only I/J differently. A run at 8/0 reproduces exactly; with peers it does not: the
 fetch windows run on wall-clock time, so which peers' groups a round receives depends on how fast rounds run.
 A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.

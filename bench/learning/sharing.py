@@ -17,7 +17,7 @@ Arms (I own + J peers' groups trained per round, G groups generated per round, p
 
 Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
 nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
-in-memory twin of the transport (swarm.exchange.memory: the real receive rules and fan-in), one process and
+in-memory twin of the transport (swarm.exchange.twin: the real receive rules and fan-in), one process and
 one torch thread per swarm; `--jobs` runs swarms side by side. `--twin rounds` (the default) delivers by round —
 a group published in round r is visible to every peer from round r + `--delay` (default 1) — on a virtual clock
 of `--round-s` seconds a round, so every arm reproduces to the last digit; `--twin clock` is the wall-clock twin

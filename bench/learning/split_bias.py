@@ -64,7 +64,7 @@ def _alternatives(tok, ids: list[int], k: int, rng: random.Random) -> list[list[
 
 
 def _student_logps(model, pad: int, prompt_ids: list[int], splits: list[list[int]]) -> list[list[float]]:
-    from node.round.scoring import TokenRow, score_rows
+    from node.round.logprobs import TokenRow, score_rows
 
     with torch.no_grad():
         logp, _ = score_rows(model, [TokenRow(prompt_ids, s) for s in splits], 1.0, pad)

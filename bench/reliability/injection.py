@@ -2,7 +2,7 @@
 
 A receiver verifies only a completion's final answer and trains the whole completion. The injector
 here is a peer that runs no model: each round it publishes, on the in-memory twin of the transport
-(swarm.exchange.memory: the real encode, vet, choose and decode path), `--groups` groups for tasks the
+(swarm.exchange.twin: the real encode, vet, choose and decode path), `--groups` groups for tasks the
 receiver allows (spell_backward as the receiver's config draws it, its own task stream) whose rows
 are
 
@@ -131,7 +131,7 @@ class Injector:
     def __init__(self, hub, receiver, prefix: str, seed: int, groups: int, correct: int):
         from node.tasks.config import TaskConfig
         from node.tasks.source import TaskSource
-        from swarm.exchange.memory import InMemoryTransport
+        from swarm.exchange.twin import InMemoryTransport
 
         cfg = receiver.cfg
         self.node, self.prefix, self.groups, self.correct = receiver, prefix, groups, correct
@@ -180,7 +180,7 @@ def prefix_logprob(node, prefix: str, prompts: int) -> tuple[list[float], list[f
     and log π_θ of the prefix's first token alone."""
     import torch
 
-    from node.round.scoring import TokenRow, score_rows
+    from node.round.logprobs import TokenRow, score_rows
 
     tok = node.tokenizer
     ids = tok(prefix, add_special_tokens=False)["input_ids"]
@@ -200,7 +200,7 @@ def run_one(job: dict) -> dict:
 
     from node.config import load_config
     from node.node import Node
-    from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+    from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
     torch.set_num_threads(1)
     seed, rounds = job["seed"], job["rounds"]

@@ -17,7 +17,7 @@ still run; its output is in its log (`--logs`, one file per scenario). The resul
 happened; the exit status is 1 when a scenario was not ok.
 
 Each scenario: `place` (train.device, autocast) as a node does, `train.micro_batch_rows: auto` and
-`train.gradient_checkpointing: auto` resolved by node.round.memory, one warm-up round (CUDA graph
+`train.gradient_checkpointing: auto` resolved by node.round.sizing, one warm-up round (CUDA graph
 capture, allocator), then one measured round:
   gen_tok_s    generated tokens (each completion to its EOS) / generation seconds
   decode       how generation's steps ran and why: graphs | eager: no CUDA | eager: capture failed: <reason>

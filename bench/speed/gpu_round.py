@@ -8,7 +8,7 @@ that one which fails or runs out of memory is recorded as such and the others st
                  `error` (the exception's first line); the row goes to a JSON file for the parent
   step_flops     the step's model FLOPs: 6 (LoRA: 4) × the body's matmul parameters × every token the step
                  processes, the output head's only × the completion tokens (the scorer computes logits
-                 only where a completion token is predicted: node.round.scoring), plus attention
+                 only where a completion token is predicted: node.round.logprobs), plus attention
                  12 · layers · hidden · (mean row length) per token (PaLM's accounting)
   timed          a call's seconds with the device synchronised before and after (CUDA runs asynchronously:
                  without the last sync the optimizer step's kernels are still running when the clock stops)
@@ -37,8 +37,8 @@ from node.models.config import LoraSpec
 from node.models.device import place
 from node.models.load import wrap_lora
 from node.round.config import TrainConfig
-from node.round.memory import plan_memory
-from node.round.scoring import TokenRow
+from node.round.sizing import plan_memory
+from node.round.logprobs import TokenRow
 from node.round.train import Row, build_optimizer, train_step
 
 VOCAB = 151_936

@@ -6,7 +6,7 @@ both backends on the same weights, alternating backend by backend `--repeats` ti
   tokens_per_s   useful tokens (each completion to its EOS) / generation seconds, the mean over repeats
   vs_generate    tokens_per_s / hf-generate's
   peak_mib       the most memory the round's generation held at once above what was held before it
-                 (node.round.memory.measure: torch's allocation events; on a CPU through torch.profiler,
+                 (node.round.sizing.measure: torch's allocation events; on a CPU through torch.profiler,
                  in a separate, untimed round)
 
     python -m bench.speed.hf_loop                                   # lab-spell 16 × 8 × 16, smollm2-135m 4 × 4 × 64
@@ -27,7 +27,7 @@ from node.generation.hf import HFGenerator
 from node.generation.hf_generate import HFGenerateGenerator
 from node.models.config import ModelConfig
 from node.models.load import load_model
-from node.round.memory import measure
+from node.round.sizing import measure
 from node.tasks.source import render_prompt
 
 RESULTS = results_dir("speed")

@@ -14,6 +14,6 @@
              score a margin above ours
   mode       the node's Distill (service, student, λ of the round, the bounds from its config) on its transport
 
-The messages are protocols.score, the stream swarm.exchange.scoring, the student's estimator losses.distill (with
+The messages are protocols.score, the stream swarm.exchange.score_stream, the student's estimator losses.distill (with
 the bounds on what a teacher's values can do); docs/ARCHITECTURE.md §13 explains the whole.
 """

@@ -17,7 +17,7 @@ from node.distill.gate import HeadroomGate, own_task_keys
 from node.distill.serve import ScoreBudget, ScoreService, Teacher
 from node.distill.student import Asked, Student
 from protocols.score import ScoreCaps
-from swarm.exchange.scoring import ScoreLink
+from swarm.exchange.score_stream import ScoreLink
 
 
 class Distill:

@@ -3,12 +3,12 @@
 Given the teacher's model and tokenizer, a prompt, the requester's completion texts and the
 requester's token pieces of each, it returns log π_teacher of every requester token, conditioned on
 the prompt and the text before it, of the temperature-scaled distribution log_softmax(logits / T)
-(the convention of node/round/scoring.py). Rows are `prompt ‖ completion`, the prompt being the
+(the convention of node/round/logprobs.py). Rows are `prompt ‖ completion`, the prompt being the
 requester's rendered prompt tokenized by the teacher without special tokens (as build_rows does).
 
 Same tokenizer (the requester's fingerprint equals the teacher's): the pieces are the requester's
 token ids, scored as they are; the value of token t is the teacher's log π(y_t | x, y_<t), one
-forward pass, exactly what node.round.scoring.score_rows gives the teacher's own rows.
+forward pass, exactly what node.round.logprobs.score_rows gives the teacher's own rows.
 
 Different tokenizers: the pieces are the requester's decoded token strings, which concatenate to the
 completion text (a special token, e.g. EOS, decodes to "" and produces no bytes). The teacher
@@ -46,7 +46,7 @@ from itertools import accumulate, pairwise
 import torch
 
 from node.round.align import chunk_alignment, sender_token_bytes
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 
 CHARS_PER_TOKEN = 128  # text beyond this many characters per budgeted token is refused before tokenizing
 ROWS_PER_FORWARD = 8  # completions scored together in one forward pass

@@ -46,7 +46,7 @@ from protocols.score import (
     encode_score_request,
     score_digest,
 )
-from swarm.exchange.scoring import ScoreFailed
+from swarm.exchange.score_stream import ScoreFailed
 
 if TYPE_CHECKING:
     from node.distill.config import DistillConfig

@@ -2,7 +2,7 @@
 
 Convention (docs/ARCHITECTURE.md, docs/PROTOCOL.md §2): every completion token carries
 log μ(y_t | x, y_<t) under the distribution actually sampled from, `log_softmax(logits / T)`,
-computed from the raw logits. The scorer (node.round.scoring) applies the same temperature, so
+computed from the raw logits. The scorer (node.round.logprobs) applies the same temperature, so
 an on-policy completion's ratio π_θ/μ is 1 up to float error (tested to ≤ 1e-4).
 
 Backends: `hf` (node.generation.hf, the project's decode loop on the training model), `hf-generate`

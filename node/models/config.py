@@ -68,7 +68,7 @@ class PlacementConfig(BaseModel):
         "dynamic loss scale (a step whose gradients overflow is skipped). null = model.dtype throughout.")
     gradient_checkpointing: bool | Literal["auto"] = Field(
         False, description="Recompute activations in the backward pass: less memory for long completions, "
-        "about a third more compute per training step. auto: measured once at start (node/round/memory.py) — on "
+        "about a third more compute per training step. auto: measured once at start (node/round/sizing.py) — on "
         "only when the micro-batch would not fit in the training device's free memory without it.")
 
     @field_validator("device")

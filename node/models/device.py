@@ -130,7 +130,7 @@ def innermost(model: torch.nn.Module) -> torch.nn.Module:
 
 def autocast_of(model: torch.nn.Module):
     """The mixed-precision context the model's own forward runs under, for passes that call its parts
-    (body, output head) directly (node.round.scoring); a no-op context without autocast."""
+    (body, output head) directly (node.round.logprobs); a no-op context without autocast."""
     precision: Precision | None = getattr(_innermost(model), "_rlswarm_precision", None)
     if precision is None or precision.dtype is None:
         return contextlib.nullcontext()
@@ -150,7 +150,7 @@ def place(model: torch.nn.Module, cfg) -> Precision:
     device = resolve_device(cfg.device)
     model.to(device)
     inner = _innermost(model)
-    if cfg.gradient_checkpointing is True:  # auto: decided by measurement (node.round.memory)
+    if cfg.gradient_checkpointing is True:  # auto: decided by measurement (node.round.sizing)
         set_checkpointing(model, True)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, None: None}[cfg.autocast]
     precision = Precision(device, dtype, INITIAL_SCALE if dtype is torch.float16 else None)

@@ -7,12 +7,12 @@
   records   our groups → wire records
   ingest    peers' records → verified groups (regenerate, re-verify, recompute; drops by reason)
   select    SAPO: I local + J external informative groups
-  scoring   log π_θ of completions in our tokenization
+  logprobs  log π_θ of completions in our tokenization
   train     rows, micro-batches, the loss, one optimizer step
 align     byte alignment of two tokenizations of one completion text (peers with another tokenizer)
 dedup     groups seen before, by content: a group that arrives twice is trained on once
 delay     simulated network delay for HeteroRL experiments on one machine
-memory    `auto` micro-batch rows and gradient checkpointing, sized once at start by measurement
+sizing    `auto` micro-batch rows and gradient checkpointing, sized once at start by measurement
 reference the reference policy of a KL penalty: the weights training started from
   report    the metrics line, held-out eval and checkpoint at the end of a round
   config    TrainConfig, SelectConfig, IngestConfig (torch-free)

@@ -25,7 +25,7 @@ class TrainConfig(PlacementConfig):
     micro_batch_rows: int | Literal["auto"] = Field(
         16, description="Most completions per forward/backward pass (1–65536). auto: the most rows of the longest "
         "length a step can hold that fit the training device's free memory, measured once at start and printed "
-        "(node/round/memory.py)."
+        "(node/round/sizing.py)."
     )
     dash_threshold: float = Field(
         0.0, ge=0, le=10.0, description="DASH: drop rows with |A| below this (0 = keep all)."

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 
 Scorer = Callable[[list[TokenRow], float, int], tuple[torch.Tensor, torch.Tensor]]
 

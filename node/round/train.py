@@ -32,7 +32,7 @@ from losses.base import BatchTotals, LossInputs
 from node.round.align import chunk_alignment, receiver_ids_and_ends
 from node.round.config import TrainConfig
 from node.round.groups import Group
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 
 
 @dataclass
@@ -263,7 +263,7 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     or a TokenRow scorer) gives π_ref for a loss that needs it (`loss_fn.needs_reference`).
     """
     if cfg.micro_batch_rows == "auto":
-        raise ValueError("train.micro_batch_rows auto is resolved once at start (node.round.memory.plan_memory), "
+        raise ValueError("train.micro_batch_rows auto is resolved once at start (node.round.sizing.plan_memory), "
                          "before any step")
     start = time.perf_counter()
     total = len(rows)

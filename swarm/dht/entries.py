@@ -1,5 +1,5 @@
 """Which of one DHT key's signed entries a read keeps (docs/PROTOCOL.md §5), the same inside the DHT process
-(swarm.dht.peer.read_keys) and on the in-memory twin (swarm.exchange.memory).
+(swarm.dht.peer.read_keys) and on the in-memory twin (swarm.exchange.twin).
 
 A crowded key holds more entries than a reader keeps (`max_entries_per_key`): `pick_entries` keeps the peers in
 good standing first, then the others at random, backed-off peers last, so a crowd of fresh identities cannot push

@@ -10,7 +10,7 @@ the two transports and the streams under the real one.
   standing   per-peer standing: whom a round waits for, whose bundles come first, who is backed off
   polling    which DHT keys each poll reads, and how often a crowded one is read
   poller     the DHT poll loop, and its back-off while gossip delivers
-  memory     an in-memory twin of the transport for unit tests (its side channels: the weight and score twins)
+  twin       an in-memory twin of the transport for unit tests (its side channels: the weight and score twins)
   hivemind   the real one: DHT announcements + libp2p bundle streams
   handlers   the streams it answers (bundle, notify, push, info)
   admission  streams per peer and in all, download slots, bundles served per requester
@@ -20,6 +20,6 @@ the two transports and the streams under the real one.
   shards     which gossip topics a peer subscribes to and publishes on: announcement shards sized to the swarm
   gossip_guard  our own limit on a gossip spammer that replays cannot turn on its victim: a seen-cache, a per-signer
                 allowance on its own timestamps, expiring bans (no disconnects)
-  scoring    the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
+  score_stream  the score stream of on-policy distillation: a student's request, a teacher's answer (both transports)
   loop       the transport's asyncio loop: its exception handler, emptied before it closes
 """

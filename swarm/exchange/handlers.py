@@ -37,7 +37,7 @@ class StreamHandlers:
     def admitted(self, protocol: str, handler, is_good=None, refuse=None):
         """`handler` (a stream handler) behind the admission of its libp2p `protocol`: streams beyond the per-peer
         and total bounds are closed before a byte is read, by `refuse(writer)` when given (swarm.exchange.admission;
-        extensions: swarm.weights.hivemind, swarm.exchange.scoring). `is_good`: who is in good standing for it
+        extensions: swarm.weights.hivemind, swarm.exchange.score_stream). `is_good`: who is in good standing for it
         (default the exchange's standing)."""
         return self._guards.admitted(protocol, handler, is_good, refuse)
 

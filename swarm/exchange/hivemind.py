@@ -21,7 +21,7 @@ bytes over libp2p streams (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–6).
                        than `min` are ready); judge(): the node's verdict (swarm.exchange.standing)
     handlers:          bundle pulls, notifications, pushed bundles (swarm.exchange.push), and our swarm id,
                        protocol version and clock for `swarm doctor` (swarm.net.wire.INFO_NAME)
-    side channels:     open_weights (swarm.weights.hivemind), open_score_link (swarm.exchange.scoring),
+    side channels:     open_weights (swarm.weights.hivemind), open_score_link (swarm.exchange.score_stream),
                        open_averager (swarm.weights.averaging): on this peer, its loop and its DHT
 
 One RSA key (swarm.net.identity) is both the libp2p identity and the DHT signing key, so the peer id
@@ -68,7 +68,7 @@ from swarm.exchange.loop import cancel_all_but_me, quiet_late_streams
 from swarm.exchange.poller import PollGate, poll_forever, poll_once
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.push import Pusher
-from swarm.exchange.scoring import HivemindScoreLink
+from swarm.exchange.score_stream import HivemindScoreLink
 from swarm.exchange.transport import Delivery, Inbox, InboxFront, Limits, make_bundle
 from swarm.net import wire
 from swarm.net.dial import DialPolicy, FetchErrors, open_stream

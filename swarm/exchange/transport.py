@@ -1,6 +1,6 @@
 """The transport interface the node calls, and the receive-side rules every transport shares
 (docs/ARCHITECTURE.md §5, docs/PROTOCOL.md §5–7): the pure rules are in swarm.exchange.receive, the book that
-applies them (candidates, fan-in, standing) in swarm.exchange.inbox. swarm.exchange.memory runs them without a network.
+applies them (candidates, fan-in, standing) in swarm.exchange.inbox. swarm.exchange.twin runs them without a network.
 
 The exchange, as seen by one node — by swarm time, never by round:
 
@@ -24,7 +24,7 @@ transport and never asks which transport it holds:
 
     open_weights(follow, …)   HeteroRL's weight channel (swarm.weights.channel: rules and the in-memory twin;
                               swarm.weights.hivemind on the real one), docs/PROTOCOL.md §10
-    open_score_link(…)        on-policy distillation's score stream (swarm.exchange.scoring), docs/PROTOCOL.md §11
+    open_score_link(…)        on-policy distillation's score stream (swarm.exchange.score_stream), docs/PROTOCOL.md §11
     open_averager(tensors, …) federated mode's adapter averager on this peer's DHT (swarm.weights.averaging);
                               None where there is no DHT (the in-memory twin: a federated node there trains alone)
 
@@ -64,7 +64,7 @@ from swarm.exchange.receive import (
 )
 
 if TYPE_CHECKING:
-    from swarm.exchange.scoring import ScoreLink
+    from swarm.exchange.score_stream import ScoreLink
     from swarm.weights.averaging import AdapterAverager
     from swarm.weights.channel import WeightChannel, WeightLimits
 

@@ -1,5 +1,5 @@
 """Bundle transfer and announcement pushes over libp2p streams: framing, serving, fetching, pushing one frame
-(`notify`). The weight stream (swarm.weights.hivemind) and the score stream (swarm.exchange.scoring) use the same
+(`notify`). The weight stream (swarm.weights.hivemind) and the score stream (swarm.exchange.score_stream) use the same
 framing; `swarm doctor` reads a peer's info with it (swarm.host.doctor).
 
 Protocol (docs/PROTOCOL.md §6): the fetcher opens a stream to the publisher with the protocol

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.round.scoring import TokenRow
+from node.round.logprobs import TokenRow
 from node.round.train import Row, micro_batches
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ import torch
 from losses import build_loss
 from losses.peer_floor import with_peer_floor
 from node.round.config import TrainConfig
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from node.round.train import Row, build_optimizer, train_step
 from node.tasks.source import render_prompt
 

@@ -20,8 +20,8 @@ from node.models.config import ModelConfig
 from node.models.device import place
 from node.models.load import load_model
 from node.round.config import TrainConfig
-from node.round.memory import plan_memory, step_cost
-from node.round.scoring import TokenRow, score_rows
+from node.round.sizing import plan_memory, step_cost
+from node.round.logprobs import TokenRow, score_rows
 from node.round.train import Row, loss_inputs
 from tests.unit.node.test_decode_loop import _ids, _max_ratio_error, _prompts, greedy_matches_generate
 

@@ -1,5 +1,5 @@
 """On-policy distillation over real hivemind peers on 127.0.0.1: a teacher node serving scores on the score
-stream (swarm/exchange/scoring.py), a student node asking it each round, a hostile teacher whose answers the
+stream (swarm/exchange/score_stream.py), a student node asking it each round, a hostile teacher whose answers the
 student drops, a requester beyond its share refused at once while the teacher's budget holds, and a crowd of
 identities that cannot take the part of a student the teacher names."""
 
@@ -14,7 +14,7 @@ from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
 from protocols.score import ScoreCompletion, ScoreRequest, encode_score_request
-from swarm.exchange.scoring import HivemindScoreLink, ScoreFailed
+from swarm.exchange.score_stream import HivemindScoreLink, ScoreFailed
 from tests.integration.conftest import transport_swarm
 from tests.unit.node.test_distill_serve import _hostile
 

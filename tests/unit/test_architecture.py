@@ -219,7 +219,7 @@ def test_swarm_rooms_point_down():
 
 
 # what node/ must never name: the transports and the side channels each one opens (Transport.open_*)
-SWARM_IMPLEMENTATIONS = {"swarm.exchange.memory", "swarm.exchange.hivemind", "swarm.weights.hivemind",
+SWARM_IMPLEMENTATIONS = {"swarm.exchange.twin", "swarm.exchange.hivemind", "swarm.weights.hivemind",
                          "swarm.weights.averaging"}
 IMPLEMENTATION_NAMES = {"InMemoryHub", "InMemoryTransport", "HivemindTransport", "InMemoryWeights", "HivemindWeights",
                         "MemoryScoreLink", "HivemindScoreLink", "AdapterAverager", "weight_hub_of"}
@@ -258,16 +258,16 @@ def test_node_never_tells_transports_apart():
 
 
 def test_the_side_door_check_sees_each_kind():
-    code = ("from swarm.exchange.memory import InMemoryTransport\n"
+    code = ("from swarm.exchange.twin import InMemoryTransport\n"
             "def f(node):\n"
             "    from swarm.weights.hivemind import HivemindWeights\n"
-            "    from swarm.exchange.scoring import MemoryScoreLink, ScoreFailed\n"
+            "    from swarm.exchange.score_stream import MemoryScoreLink, ScoreFailed\n"
             "    a = isinstance(node.transport, InMemoryTransport)\n"
             "    b = getattr(node.transport, 'dht', None)\n"
             "    c = isinstance(x, (int, swarm.exchange.hivemind.HivemindTransport))\n"
             "    d = node.transport.open_score_link(max_bytes=1, timeout_s=1.0)\n")
     assert [f.split(":")[0] for f in transport_side_doors(ast.parse(code))] == ["1", "3", "4", "5", "6", "7"]
-    assert transport_side_doors(ast.parse("from swarm.exchange.scoring import ScoreFailed\n"
+    assert transport_side_doors(ast.parse("from swarm.exchange.score_stream import ScoreFailed\n"
                                           "from swarm.exchange.transport import Transport\n")) == []
 
 

@@ -18,7 +18,7 @@ import torch
 from node.generation.config import GenerationConfig, VLLMOptions
 from node.models.config import ModelConfig
 from node.models.load import load_model
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 
 pytestmark = pytest.mark.vllm
 

@@ -15,7 +15,7 @@ from node.generation.config import GenerationConfig, VLLMOptions
 from node.heterorl.weights import apply_weights, export_weights
 from node.models.config import ModelConfig
 from node.models.load import load_model
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from tests.vllm.test_vllm_backend import ATOL, _max_abs_diff, _prompts
 
 pytestmark = pytest.mark.vllm

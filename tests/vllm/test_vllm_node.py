@@ -14,7 +14,7 @@ import pytest
 
 from node.config import load_config
 from node.node import Node
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from node.runner import run
 from tests.vllm.test_vllm_backend import _max_abs_diff
 

@@ -99,7 +99,7 @@ def test_quick_never_writes_the_full_runs_record():
 
 def test_step_flops_count_the_head_for_completion_tokens_only(tiny_qwen):
     from bench.speed.gpu_round import matmul_params, step_flops
-    from node.round.scoring import TokenRow
+    from node.round.logprobs import TokenRow
     from node.round.train import Row
 
     model, cfg = tiny_qwen.model, tiny_qwen.model.config

@@ -18,7 +18,7 @@ from losses import LossInputs, build_loss
 from node.config import parse_config
 from node.node import Node
 from node.round.loop import run_round
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from tests.adversarial.hostile import honest_record
 
 T = 6

@@ -18,7 +18,7 @@ from node.generation.decode import DecodeLoop
 from node.generation.hf import HFGenerator
 from node.models.config import ModelConfig
 from node.models.load import load_model
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from node.tasks.source import render_prompt
 
 QUESTIONS = ["What is 2 + 3?", "Spell this word backward: banana", "Sort: 3, 1, 2 and explain why", "Hi"]

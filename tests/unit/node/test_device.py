@@ -18,7 +18,7 @@ from node.models import device as dev
 from node.models.config import ModelConfig, PlacementConfig
 from node.models.load import load_model
 from node.round.config import TrainConfig
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from node.round.train import Row, build_optimizer, loss_inputs, train_step
 from node.tasks.source import render_prompt
 
@@ -188,7 +188,7 @@ class _MetaBody(torch.nn.Module):
 class _MetaModel(torch.nn.Module):
     """A stand-in policy on the `meta` device: shapes without data, so every tensor the round builds for it
     must be created on the model's device (as on a GPU) or combining them fails. Scored through its body
-    and output head (node.round.scoring), as a transformers model is."""
+    and output head (node.round.logprobs), as a transformers model is."""
 
     def __init__(self, vocab: int = 32):
         super().__init__()

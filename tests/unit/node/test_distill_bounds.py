@@ -11,7 +11,7 @@ from losses.distill import UNBOUNDED, TeacherBounds, distill_advantages, distill
 from losses.registry import build_loss
 from node.config import load_config
 from node.distill.mode import teacher_bounds
-from node.round.scoring import TokenRow
+from node.round.logprobs import TokenRow
 from node.round.train import Row, loss_inputs
 from tests.unit.node.test_distill_loss import _inputs
 

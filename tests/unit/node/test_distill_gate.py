@@ -13,7 +13,7 @@ from node.round.groups import Group
 from node.round.loop import run_round
 from node.tasks.source import regenerate
 from protocols.records import TaskRef
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
 SPEC = {"min_terms": 2, "max_terms": 2, "max_digits": 1}
 

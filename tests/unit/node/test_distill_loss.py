@@ -28,7 +28,7 @@ from node.generation.hf import HFGenerator
 from node.models.config import ModelConfig
 from node.models.load import load_model
 from node.round.config import TrainConfig
-from node.round.scoring import TokenRow
+from node.round.logprobs import TokenRow
 from node.round.train import Row, build_optimizer, loss_inputs, train_step
 
 WORDS = ["planet", "cat", "house", "river", "stone", "bird"]

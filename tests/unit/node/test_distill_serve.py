@@ -1,5 +1,5 @@
 """Serving scores under a budget (node/distill/serve.py) and a student's handling of answers (node/distill/student.py),
-over the in-memory score stream (swarm/exchange/scoring.py) with a real model as the teacher."""
+over the in-memory score stream (swarm/exchange/score_stream.py) with a real model as the teacher."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from protocols.score import (
     encode_score_response,
     score_digest,
 )
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
-from swarm.exchange.scoring import MemoryScoreLink, ScoreFailed
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
+from swarm.exchange.score_stream import MemoryScoreLink, ScoreFailed
 
 SWARM = "rlswarm"
 PROMPT = "User: spell it backwards: planet\n\nAssistant:"

@@ -130,7 +130,7 @@ def test_the_student_marks_its_final_eos_and_the_tokens_it_split_otherwise_than_
 
 
 def test_the_train_step_carries_each_tokens_kind_to_the_loss():
-    from node.round.scoring import TokenRow
+    from node.round.logprobs import TokenRow
     from node.round.train import Row, _teacher_scores
 
     def row(kind):
@@ -151,7 +151,7 @@ def test_at_one_tokenizer_every_signal_trains_the_student_the_same(tmp_path):
     from node.config import parse_config
     from node.node import Node
     from node.round.loop import run_round
-    from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+    from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
     from tests.unit.node.test_distill_teachers import _config
 

@@ -10,8 +10,8 @@ import pytest
 from node.config import ConfigError, load_config, parse_config
 from node.node import Node
 from node.round.loop import run_round
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
-from swarm.exchange.scoring import MemoryScoreLink
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
+from swarm.exchange.score_stream import MemoryScoreLink
 
 
 def _config(name: str, seed: int, **distill) -> dict:

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 from losses import build_loss
 from losses.imitation import with_imitation
 from node.round.config import TrainConfig
-from node.round.scoring import score_rows
+from node.round.logprobs import score_rows
 from node.round.train import build_rows, train_step
 from tests.unit.losses.test_losses_values import LOGP, MASK, make_inputs
 from tests.unit.node.test_node_train import _generate, _groups, _prompt

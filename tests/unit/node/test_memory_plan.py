@@ -1,4 +1,4 @@
-"""`train.micro_batch_rows: auto` and `train.gradient_checkpointing: auto` (node/round/memory.py): the rules, the
+"""`train.micro_batch_rows: auto` and `train.gradient_checkpointing: auto` (node/round/sizing.py): the rules, the
 measured plan keeping its promise on this CPU (torch.profiler's allocation events), and a node resolving both
 once at start and saying so."""
 
@@ -16,7 +16,7 @@ import pytest
 from node.config import parse_config
 from node.models.device import checkpointing
 from node.round.config import TrainConfig
-from node.round.memory import fits, needs_checkpointing, plan_memory, step_cost
+from node.round.sizing import fits, needs_checkpointing, plan_memory, step_cost
 
 ROOT = Path(__file__).resolve().parents[3]
 MIB = 1 << 20
@@ -77,7 +77,7 @@ def test_the_budget_holds_adamws_first_step(model, foreach):
     (its two moments were 2× the parameters; the multi-tensor step CUDA runs adds a third copy at its peak)."""
     import torch
 
-    from node.round.memory import measure, optimizer_bytes
+    from node.round.sizing import measure, optimizer_bytes
 
     m, _ = model
     for p in m.parameters():

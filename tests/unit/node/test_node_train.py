@@ -13,7 +13,7 @@ from node.generation.config import GenerationConfig
 from node.generation.hf import HFGenerator
 from node.round.config import TrainConfig
 from node.round.groups import Group, advantages
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 from node.round.train import (
     Row,
     build_optimizer,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from node.config import parse_config
 from node.node import Node
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from tests.memory_swarm import run_concurrently
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "byo"

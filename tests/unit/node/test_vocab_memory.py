@@ -30,7 +30,7 @@ def main() -> None:
     from node.models.builders import init_causal_lm
     from node.models.config import ModelConfig
     from node.models.load import load_model
-    from node.round.scoring import TokenRow, score_rows
+    from node.round.logprobs import TokenRow, score_rows
     from node.round.train import Row, loss_inputs
 
     torch.set_num_threads(2)
@@ -75,13 +75,13 @@ def test_a_151936_vocabulary_generates_scores_and_trains_far_below_the_blv_size(
 
 def test_the_cuda_logit_chunk_leaves_room_under_the_gpu_tests_bound(monkeypatch):
     """tests/gpu's test_151936_vocabulary_memory_on_cuda holds generation, scoring and a training step to BOUND on a
-    GPU. The scorer's part there is one chunk of logits at a time (node.round.scoring, LOGIT_CHUNK_BYTES["cuda"]),
+    GPU. The scorer's part there is one chunk of logits at a time (node.round.logprobs, LOGIT_CHUNK_BYTES["cuda"]),
     measured here with that chunk size, forward and backward (each chunk is recomputed in the backward pass):
     it must take at most half of BOUND. A 256 MiB chunk peaked at 1,022 MiB here, twice the whole bound."""
     import torch
 
-    import node.round.scoring as scoring
-    from node.round.memory import measure
+    import node.round.logprobs as scoring
+    from node.round.sizing import measure
 
     chunk = scoring.LOGIT_CHUNK_BYTES["cuda"]
     monkeypatch.setitem(scoring.LOGIT_CHUNK_BYTES, "cpu", chunk)  # the CUDA chunk, on this CPU
@@ -107,7 +107,7 @@ def test_the_generate_reference_holds_its_logits_once(tiny_qwen):
     from node.generation.config import GenerationConfig
     from node.generation.hf_generate import HFGenerateGenerator
     from node.models.builders import init_causal_lm
-    from node.round.memory import measure
+    from node.round.sizing import measure
     from node.tasks.source import render_prompt
 
     rows, steps = 8, 24

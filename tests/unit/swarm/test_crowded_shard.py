@@ -13,9 +13,9 @@ import random
 
 from protocols.keys import rollouts_key, shard_of
 from swarm.dht.entries import pick_entries
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from swarm.exchange.transport import Limits, make_bundle
-from tests.unit.swarm.test_transport_memory import Clock, _record
+from tests.unit.swarm.test_transport_twin import Clock, _record
 
 
 def _crowd(near: str, n: int, shards: int = 4) -> list[str]:

@@ -25,12 +25,12 @@ from node.round.loop import run_round
 from protocols.codec import encode_bundle, sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of
 from swarm.config import SwarmConfig
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from swarm.exchange.polling import PollPlan
 from swarm.exchange.standing import Standing
 from swarm.exchange.transport import Limits, make_bundle
 from tests.adversarial.hostile import honest_record
-from tests.unit.swarm.test_transport_memory import Clock, _announce_raw, _record
+from tests.unit.swarm.test_transport_twin import Clock, _announce_raw, _record
 
 WAIT_S = 10.0
 QUICK_S = WAIT_S / 5  # a round that did not wait for peers gathers in well under this

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from node.config import parse_config
 from node.node import Node
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from node.round.loop import run_round
 from tests.memory_swarm import run_concurrently
 

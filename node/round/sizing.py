@@ -1,6 +1,6 @@
 """`train.micro_batch_rows: auto` and `train.gradient_checkpointing: auto`: sized once at start, by measurement.
 
-The probe: the training forward and backward (node.round.scoring, gradients into the parameters)
+The probe: the training forward and backward (node.round.logprobs, gradients into the parameters)
 of 1 and then 2 synthetic rows of the longest length a step can hold — the longest prompt of a
 sample of the node's tasks plus `generation.max_new_tokens` — measuring on the training device
 (`measure`: CUDA's allocator statistics; on the CPU, torch.profiler's allocation events) the
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from node.models.device import checkpointing, innermost, set_checkpointing
-from node.round.scoring import TokenRow, score_rows
+from node.round.logprobs import TokenRow, score_rows
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def plan_memory(model: torch.nn.Module, cfg, *, row_tokens: int, completion_toke
                 pad_id: int, reserve: int = 0, budget: int | None = None) -> MemoryPlan | None:
     """Resolve the `auto` train.* fields by measurement (None when neither is auto).
 
-    `reserve`: bytes that will be allocated later outside the step (node.round.memory's module doc);
+    `reserve`: bytes that will be allocated later outside the step (node.round.sizing's module doc);
     `budget` overrides the measured free memory (tests)."""
     if cfg.micro_batch_rows != "auto" and cfg.gradient_checkpointing != "auto":
         return None

@@ -7,7 +7,7 @@ fan-in choice and the peer standing of swarm.exchange.inbox, and reads at most `
 entries of a key per poll (a random subset, as the real poll does inside the DHT process), so
 what the unit tests prove about them holds for the real transport. Nothing runs in the
 background: `take` polls, chooses and fetches in the caller's thread. Its side channels are the twins of the
-weight channel (swarm.weights.channel.InMemoryWeights) and of the score stream (swarm.exchange.scoring.MemoryScoreLink);
+weight channel (swarm.weights.channel.InMemoryWeights) and of the score stream (swarm.exchange.score_stream.MemoryScoreLink);
 it has no averager (no DHT).
 
 By rounds (`InMemoryHub(delay_rounds=d)`, the bench's deterministic twin, bench.harness.swarm): the caller
@@ -28,7 +28,7 @@ from protocols.codec import sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of, windows_back
 from protocols.records import RolloutRecord
 from swarm.dht.entries import pick_entries
-from swarm.exchange.scoring import MemoryScoreLink
+from swarm.exchange.score_stream import MemoryScoreLink
 from swarm.exchange.transport import Delivery, Inbox, InboxFront, Limits, make_bundle
 from swarm.weights.channel import InMemoryWeights, WeightLimits, weight_hub_of
 

@@ -172,7 +172,7 @@ _ANSWERS: dict[object, dict[str, Answer]] = {}  # in-memory hub → peer → its
 
 
 class MemoryScoreLink:
-    """The score stream of the in-memory twin (swarm.exchange.memory): the same bytes and the same sizes checked."""
+    """The score stream of the in-memory twin (swarm.exchange.twin): the same bytes and the same sizes checked."""
 
     def __init__(self, transport, *, max_bytes: int, timeout_s: float = 0.0):
         self.transport, self.max_bytes = transport, max_bytes

@@ -1,4 +1,4 @@
-"""The exchange by swarm time on the in-memory twin (swarm.exchange.memory): the receive rules, the fan-in
+"""The exchange by swarm time on the in-memory twin (swarm.exchange.twin): the receive rules, the fan-in
 choice and `take` that every transport shares — dedupe, late joiners, bounded waits, drops by
 reason, quotas, fairness, pushes."""
 
@@ -28,7 +28,7 @@ from protocols.records import (
     SamplingInfo,
     TaskRef,
 )
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from swarm.exchange.transport import Limits, make_bundle, vet_announcement
 
 FP = "cd" * 32

@@ -16,7 +16,7 @@ from node.config import parse_config
 from node.heterorl.sampler import sample_round
 from node.node import Node
 from node.runner import ROUND_FUNCTIONS
-from swarm.exchange.memory import InMemoryHub, InMemoryTransport
+from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
 LEARNER = "QmLearner" + "x" * 30
 SAMPLERS = ["QmSamplerA" + "y" * 30, "QmSamplerB" + "z" * 30]
