@@ -56,7 +56,8 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
     `local`, `external`, `generate` (groups generated per round; default local + external) and
     `overrides` are one for all nodes or one per node. `twin`, `delay`, `round_s`: the module docstring.
     `replay_to[k][r]`: node k's budget of trained completion tokens in round r, filled by replaying its own groups
-    (select.replay_tokens; the solo control at a swarm node's trained tokens)."""
+    (select.replay_tokens; the solo control at a swarm node's trained tokens): such a node takes no peers' groups
+    (J = 0 and select.external_tokens off, whatever `overrides` say)."""
     if twin not in TWINS:
         raise ValueError(f"twin must be one of {TWINS}, not {twin!r}")
     by_rounds = twin == "rounds"
@@ -77,8 +78,9 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                     "torch_threads": 1, "select.local_groups": local[k], "select.external_groups": external[k],
                     "generation.prompts_per_round": generate[k], "eval.every": 0,
                     "metrics.console": False, "checkpoint.every": 10**6, "swarm.enabled": True, **overrides[k]}
-            if replay_to is not None:
-                opts["select.replay_tokens"] = max(1, replay_to[k][0])
+            if replay_to is not None:  # the node alone: no peers' groups, whatever an update's options say
+                opts.update({"select.replay_tokens": max(1, replay_to[k][0]), "select.external_groups": 0,
+                             "select.external_tokens": 0})
             cfg = load_config(config, opts)
             twin_opts = {"clock": clock, "rng": random.Random(f"twin {seed} {k}")} if by_rounds else {}
             transport = InMemoryTransport(hub, f"n{k}", cfg.swarm.swarm_id, **twin_opts)
