@@ -184,7 +184,8 @@ def test_swarm_node_process_survives_the_519_byte_bundle(swarm, tmp_path):
     out = tmp_path / "proc"
     proc = cli("node", "--config", "examples/tiny-swarm.yaml", "--rounds", "2", "--out", str(out),
                "--initial-peers", maddrs[0], "--set", f"swarm.swarm_id={SWARM}", "--set", "eval.every=0",
-               "--set", "swarm.startup_timeout_s=120", timeout=400)
+               "--set", "swarm.startup_timeout_s=120", "--set", "swarm.start_with_peers=1", timeout=400)
+    # start_with_peers: round 0 starts once the hostile peer's announcement was read, and waits for its records
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum(m["drops"].get("bad_task", 0) for m in rows) >= 1, rows

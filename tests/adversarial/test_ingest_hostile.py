@@ -168,8 +168,8 @@ def test_verification_of_answer_tag_spam_is_linear(tiny_qwen, tasks):
     spam = Completion(tiny_qwen.tokenizer.decode(list(ids), skip_special_tokens=True), ids, (-0.1,) * len(ids),
                       "length")
     rec = dataclasses.replace(honest, completions=(spam,) * 2 + honest.completions[:2])
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: the work, not the machine's load
     result = _ingest(tiny_qwen, tasks, [rec], own=_own(tiny_qwen, tasks, limit=len(ids), context=None))
-    seconds = time.perf_counter() - started
+    seconds = time.thread_time() - started
     assert len(result.groups) == 1 and result.groups[0].rewards == [0.0, 0.0, 1.0, 0.0]
     assert seconds < 2.0, f"verifying 2 × 64k characters of tag spam took {seconds:.1f} s"

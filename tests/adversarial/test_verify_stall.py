@@ -50,9 +50,9 @@ def test_same_answers_as_reasoning_gym_on_random_tag_soup(tasks):
                                   "</answer><answer>" * 7710 + "<answer>"])
 def test_hostile_completion_verifies_in_milliseconds(tasks, text):
     task = tasks.sample(0, 1)[0]
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: the work, not the machine's load
     assert tasks.score(task, text) == 0.0
-    seconds = time.perf_counter() - started
+    seconds = time.thread_time() - started
     assert seconds < 0.5, f"{len(text)} characters took {seconds:.2f} s"
 
 

@@ -64,11 +64,12 @@ def test_three_peers_hold_the_weighted_mean_of_their_adapters(swarm3):
     weights = [1.0, 2.0, 3.0]
     mean = [sum(w * b[j] for w, b in zip(weights, before)) / sum(weights) for j in range(len(names))]
     numel = sum(t.numel() for t in tensors[0])
-    averagers = [AdapterAverager(ts, p.dht, prefix="test_fedit", target_group_size=3, matchmaking_time_s=4.0,
-                                 request_timeout_s=2.0, allreduce_timeout_s=30.0)
+    # the group starts as soon as all three joined: a long matchmaking time only lets a slow one join in time
+    averagers = [AdapterAverager(ts, p.dht, prefix="test_fedit", target_group_size=3, matchmaking_time_s=30.0,
+                                 request_timeout_s=10.0, allreduce_timeout_s=30.0)
                  for ts, p in zip(tensors, peers)]
     try:
-        results = average_all(averagers, tensors, weights, timeout=30.0)
+        results = average_all(averagers, tensors, weights, timeout=90.0)
     finally:
         for a in averagers:
             a.shutdown()
@@ -132,7 +133,7 @@ def test_swarm_local_runs_the_pubswap_example_end_to_end(tmp_path):
     the checkpoint then holds as peft files."""
     import json
 
-    sets = ["model.spec=tiny-qwen2", "federated.tau=2", "federated.matchmaking_time_s=4",
+    sets = ["model.spec=tiny-qwen2", "federated.tau=2", "federated.matchmaking_time_s=30",
             "generation.prompts_per_round=2", "generation.group_size=4", "generation.max_new_tokens=8",
             "eval.every=0", "select.drop_zero_advantage=false"]
     cmd = [sys.executable, "-m", "ops.cli", "local", "--nodes", "3", "--config",
