@@ -56,15 +56,15 @@ def test_a_signal_stops_the_node_and_every_child(launched, bootstrap, tmp_path, 
     proc, log, kids = _running_node(launched, tmp_path, bootstrap)
     proc.send_signal(sig)
     assert proc.wait(60) == code, log.read_text()[-2000:]
-    left = gone_within(kids, 10)
+    left = gone_within(kids, 60)  # returns as soon as they are gone; a leak still fails
     assert not left, [(p.pid, p.name()) for p in left]
 
 
 def test_kill9_of_a_node_leaves_no_orphans(launched, bootstrap, tmp_path):
     proc, _, kids = _running_node(launched, tmp_path, bootstrap)
     proc.kill()
-    proc.wait(10)
-    left = gone_within(kids, 15)
+    proc.wait(60)
+    left = gone_within(kids, 60)
     assert not left, [(p.pid, p.name()) for p in left]
 
 
@@ -74,8 +74,8 @@ def test_kill9_of_the_bootstrap_leaves_no_orphans(launched, tmp_path):
     assert any(k.name() == "p2pd" for k in kids)
     time.sleep(1.5)  # one watchdog tick has noted them
     boot.kill()
-    boot.wait(10)
-    left = gone_within(kids, 15)
+    boot.wait(60)
+    left = gone_within(kids, 60)
     assert not left, [(p.pid, p.name()) for p in left]
 
 
@@ -89,7 +89,7 @@ def test_a_dead_dht_child_or_p2pd_stops_the_node_with_one_line(launched, bootstr
     assert proc.wait(120) == 3, log.read_text()[-2000:]
     last = log.read_text().strip().splitlines()[-1]
     assert last.startswith("error: the swarm's ") and "died" in last, last
-    left = gone_within(kids, 15)
+    left = gone_within(kids, 60)
     assert not left, [(p.pid, p.name()) for p in left]
 
 

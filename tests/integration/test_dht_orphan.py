@@ -47,7 +47,7 @@ def test_kill_9_leaves_no_traceback_and_no_dht_child(tmp_path):
             children = psutil.Process(proc.pid).children(recursive=True)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-            _, alive = psutil.wait_procs(children, timeout=10)
+            _, alive = psutil.wait_procs(children, timeout=60)  # at once when gone; a leak still fails
         finally:
             if proc.poll() is None:
                 proc.kill()

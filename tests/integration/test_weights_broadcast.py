@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 
 import pytest
 
@@ -66,7 +67,10 @@ def test_samplers_follow_the_learner_and_nothing_else(swarm3):
     assert a.take() is None
     # bytes that do not match the digest the learner announced: dropped after the fetch
     v2 = b"v2" * 1000
-    ann = learner.publish(2, v2, "full")
-    learner._served[ann.sha256] = b"v3" * 1000  # the learner now serves other bytes under that name
+    class Lying(OrderedDict):  # the learner serves other bytes under the name it announces, from the first moment
+        def __setitem__(self, sha256, data):  # (swapped after publish, a fast sampler had fetched the true v2)
+            super().__setitem__(sha256, b"v3" * 1000)
+    learner._served = Lying(learner._served)
+    learner.publish(2, v2, "full")
     assert _drops_until(a, "digest_mismatch").get("digest_mismatch") == 1
     assert a.take() is None
