@@ -57,9 +57,11 @@ def test_ctrl_c_stops_every_process(tmp_path):
         # wait until every node has finished a round: on a loaded machine one node can be a round behind
         metrics = [tmp_path / name / "metrics.jsonl" for name in ("tiny-0", "tiny-1")]
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not all(m.is_file() and m.stat().st_size for m in metrics):
+        def every_node_wrote() -> bool:
+            return all(m.is_file() and m.stat().st_size for m in metrics)
+        while time.monotonic() < deadline and not every_node_wrote():
             time.sleep(1)
-        assert all(m.is_file() for m in metrics), f"not every node finished a round: {metrics}"
+        assert every_node_wrote(), f"not every node finished a round: {metrics}"
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:  # on a failure, leave nothing running (the nodes are in their own sessions)
