@@ -14,6 +14,8 @@ Arms (I own + J peers' groups trained per round, G groups generated per round, p
      the same loss, each replayed row weighed against μ, the policy that sampled it): the solo control at
      equal generated *and* equal trained tokens
   RC likewise at D's generation (4 / 0, generate 4), matched to C's run
+  RC3 RC with each own group replayed up to 3 times in one step (select.replay_repeat: 3): in early rounds RC has
+     too few groups of its own to reach a large budget once each (docs/benchmarks/learning.md §13I)
 
 Custom arms: `--arm NAME=I/J/G` (append `/s` for specialties). Every arm of a seed runs the same
 nodes on the same task streams (tasks.seed = 100·seed + k) and the same held-out items, on the
@@ -98,8 +100,9 @@ from bench.learning.sharing_report import plot, summarise, verdicts
 RESULTS = results_dir("learning")
 
 ARMS = {"A": (8, 0, 8, False), "B": (4, 4, 8, False), "C": (4, 4, 4, False), "D": (4, 0, 4, False),
-        "E": (4, 4, 8, True), "RB": (8, 0, 8, False), "RC": (4, 0, 4, False)}
-REPLAY_OF = {"RB": "B", "RC": "C"}  # an R arm → the swarm arm whose trained tokens it matches
+        "E": (4, 4, 8, True), "RB": (8, 0, 8, False), "RC": (4, 0, 4, False), "RC3": (4, 0, 4, False)}
+REPLAY_OF = {"RB": "B", "RC": "C", "RC3": "C"}  # an R arm → the swarm arm whose trained tokens it matches
+REPEAT = {"RC3": 3}  # an R arm → select.replay_repeat (1 when not named): a group replayed up to this often a step
 DEFAULT_UPDATES = ["sapo=", "f-tis=loss={name: f-tis}"]
 
 
@@ -259,6 +262,8 @@ def make_jobs(args, updates: dict, arms: dict, runs: list[dict], twin: str, repl
                                   file=sys.stderr)
                             continue
                         job["replay_to"] = matched["trained_by_round"]
+                        if a in REPEAT:
+                            job["overrides"] = {**over, "select.replay_repeat": REPEAT[a]}
                     jobs.append(job)
     return jobs
 

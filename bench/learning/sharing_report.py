@@ -10,7 +10,7 @@ from bench.harness.output import pyplot, save_figure
 from bench.harness.stats import fields, paired_fields
 
 PAIRS = [("B", "A"), ("C", "A"), ("C", "D"), ("E", "A"), ("E", "B"), ("B", "RB"), ("C", "RC"), ("RB", "A"),
-         ("RC", "D")]
+         ("RC", "D"), ("C", "RC3"), ("RC3", "RC")]
 
 
 def hard_label(runs: list[dict]) -> str | None:
@@ -80,7 +80,7 @@ def verdicts(diffs: list[dict]) -> list[str]:
                 ok = cd["gain"] - cd["gain_ci"] > 0 and ca["gain"] >= -0.02
                 out.append(f"{update} ({nodes} nodes): sharing saves compute: {'YES' if ok else 'no'} "
                            f"(C − D {cd['gain']:+.3f} ± {cd['gain_ci']:.3f}, C − A {ca['gain']:+.3f} ± {ca['gain_ci']:.3f})")
-            for x, r in (("B", "RB"), ("C", "RC")):
+            for x, r in (("B", "RB"), ("C", "RC"), ("C", "RC3")):
                 d = get.get(f"{x} − {r}")
                 if d and "gain" in d:
                     out.append(f"{update} ({nodes} nodes): {x} beats replay at equal trained tokens ({x} > {r}): "

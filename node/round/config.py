@@ -126,6 +126,10 @@ class SelectConfig(BaseModel):
     replay_pool: int = Field(
         64, ge=1, le=100_000, description="Most of our own informative groups kept for replay (oldest out first)."
     )
+    replay_repeat: int = Field(
+        1, ge=1, le=64, description="Most times one of our own groups is replayed within one step (replay_tokens); "
+        "above 1 a group taken twice weighs twice in that step."
+    )
 
 
 class DelayConfig(BaseModel):

@@ -37,6 +37,9 @@ One more, off by default, for the solo control at equal trained tokens (docs/ben
                  than half its tokens (so the step lands nearest the budget, not always above it). A replayed
                  group keeps the μ it was sampled with, so an off-policy loss (F-TIS) weighs it against the
                  policy that sampled it. `replay_to` is the budget of the next step (a bench sets it per round).
+  replay_repeat  how often one group may be replayed within one step (default 1). Above 1 a group taken twice
+                 counts twice in the step's token mean (its rows weigh double): the way a node alone with few groups
+                 of its own (early rounds) reaches a large budget.
 """
 
 from __future__ import annotations
@@ -123,14 +126,21 @@ class SapoSelector:
         return Selection(own + ext + again, len(own), len(ext), dropped, len(again))
 
     def _replayed(self, step: list[Group]) -> list[Group]:
-        """Own groups of earlier rounds that bring the step's completion tokens nearest `replay_to`."""
+        """Own groups of earlier rounds that bring the step's completion tokens nearest `replay_to`, each at most
+        `replay_repeat` times in this step (the next one is always the least replayed so far, newest among equals)."""
         tokens = sum(len(c.token_ids) for g in step for c in g.completions)
-        out = []
-        for entry in sorted(self.replay, key=lambda e: (e[0], -e[1].round)):
+        out, times = [], [0] * len(self.replay)  # times: how often each entry was taken in this step
+        while True:
+            left = [k for k in range(len(self.replay)) if times[k] < self.cfg.replay_repeat]
+            if not left:
+                break
+            k = min(left, key=lambda k: (self.replay[k][0], -self.replay[k][1].round))  # the first such, in list order
+            entry = self.replay[k]
             size = sum(len(c.token_ids) for c in entry[1].completions)
             if self.replay_to - tokens <= size / 2:
                 break
             entry[0] += 1
+            times[k] += 1
             tokens += size
             out.append(entry[1])
         return out

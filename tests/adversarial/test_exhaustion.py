@@ -104,7 +104,8 @@ def test_a_decode_bomb_is_dropped_while_decoding_and_never_waits_in_memory(peers
     for data, count in bombs:
         publish_raw(bomber, data, count)
         time.sleep(0.5)
-    got = _take_for(victim, 10)
+    # until every bomb has an outcome (each is a drop), however long a busy machine takes to fetch six bundles
+    got = _take_until(victim, lambda d: d.drops["too_large"] + d.drops["completion_too_long"] >= 6, 120)
     grown = psutil.Process().memory_info().rss - rss0
     tokens = sum(len(c.token_ids) for r in got.records for c in r.completions)
     # before: the bomb records waited in the inbox, decoded: ~144 MiB of objects a bundle
@@ -113,11 +114,11 @@ def test_a_decode_bomb_is_dropped_while_decoding_and_never_waits_in_memory(peers
     assert grown < 64 << 20, f"RSS grew {grown / 2**20:.0f} MiB"
 
 
-def _take_for(t: HivemindTransport, seconds: float) -> Delivery:
-    """Everything `t` delivers within `seconds` (records and drops added up)."""
+def _take_until(t: HivemindTransport, done, timeout: float) -> Delivery:
+    """Everything `t` delivers (records and drops added up) until `done(total)` holds or `timeout` s passed."""
     total = Delivery()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout
+    while not done(total) and time.monotonic() < deadline:
         d = t.take(min_records=10**9, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
         total.records += d.records
         total.drops.update(d.drops)
@@ -136,8 +137,12 @@ def test_what_waits_for_the_next_round_is_bounded_in_bytes_and_shared_fairly(pee
         for h in heavy:
             publish_records(h, [record(h.peer_id, 100 * k + i, tokens=64) for i in range(32)])
         time.sleep(0.3)
-    assert _wait(lambda: victim.inbox.ready_count() >= 32, 30)
-    time.sleep(8)
+
+    def displaced_with_light_kept() -> bool:  # the events asserted below, not a fixed 8 s of fetching
+        with victim.inbox.cond:
+            return victim.inbox._drops["inbox_full"] > 0 and victim.inbox._pending._by_peer[light.peer_id] > 0
+    # (without the bound nothing is ever displaced: the wait runs out and the assertions below fail)
+    _wait(displaced_with_light_kept, 120)
     got = victim.take()
     held = decoded_bytes(got.records)
     # before: every bundle waited (≈ 11 MiB decoded); now at most the cap, the heavy peers losing their own oldest
@@ -204,16 +209,17 @@ def test_stalled_pushes_of_one_peer_leave_download_slots_for_everyone_else(peers
                              hold_s=30) for i in range(8)]
         return list(await asyncio.gather(*offers))
     stalled = asyncio.run_coroutine_threadsafe(stall(), staller._loop)
-    time.sleep(4)  # the stalled pushes are accepted (or refused) and hold what they hold
+    # until the stalled pushes were admitted or refused (six of eight refused: two slots a peer), not a fixed 4 s
+    assert _wait(lambda: victim.refused_streams()[f"{wire.PUSH_NAME}:per_peer"] >= 6, 60), victim.refused_streams()
     started = time.monotonic()
     answer = asyncio.run_coroutine_threadsafe(
         offer(client, victim.peer_id, addrs, encode_bundle([record(client.peer_id, 1)]), 1, timeout_s=20),
         client._loop).result(30)
     took = time.monotonic() - started
-    # before: eight stalled pushes held every slot, and the client's push waited until its own timeout
-    assert answer == "ok" and took < 10, (answer, took)
-    refused = victim.refused_streams()
-    assert refused[f"{wire.PUSH_NAME}:per_peer"] >= 6, refused
+    # before: eight stalled pushes held every slot, and the client's push waited until its own 20 s timeout, which
+    # is shorter than the stall (30 s): its answer alone tells the two apart, its time is printed, not bounded
+    print(f"the client's push answered {answer!r} after {took:.2f} s")
+    assert answer == "ok", (answer, took)
     stalled.cancel()
 
 

@@ -31,14 +31,14 @@ def peer_config(initial_peers: list[str], **overrides) -> SwarmConfig:
     """A SwarmConfig for a test peer of the local swarm (generous start-up timeout for a busy machine). Gossip is
     off unless a test asks for it: these peers test the DHT path, every peer's fallback; the gossip tests (and the
     nodes `swarm local` starts, which keep the default) run gossip."""
-    return SwarmConfig(**{"enabled": True, "initial_peers": initial_peers, "startup_timeout_s": 60,
+    return SwarmConfig(**{"enabled": True, "initial_peers": initial_peers, "startup_timeout_s": 120,
                           "dht_timeout_s": 5, "gossip": False, **overrides})
 
 
 @contextmanager
 def transport_swarm(n: int, **overrides):
     """A bootstrap peer and `n` HivemindTransports joined to it; yields (bootstrap maddrs, transports)."""
-    boot, maddrs = start_bootstrap(startup_timeout_s=60)
+    boot, maddrs = start_bootstrap(startup_timeout_s=120)
     peers: list[HivemindTransport] = []
     try:
         for _ in range(n):

@@ -4,8 +4,9 @@ it failed (docs/PROTOCOL.md §6.1, §6.5).
 
 What it stands for: a loaded machine, where a stream handler returns a moment after the receiver has its bytes and
 closed the stream (the handler's admission is held until it returns), so the receiver's next pull finds the
-publisher's two streams per peer still taken. Here the publisher's handler is made to return late on purpose
-(`LINGER_S` after serving), which is that moment made long. Before the busy answer a receiver pulled up to 2 of one
+publisher's two streams per peer still taken. Here the publisher's handler is made to return late on purpose:
+after serving, it holds its admission until it has answered `busy` once (at most `HOLD_CAP_S`), which is that
+moment made as long as the test needs, whatever the machine's speed (a fixed linger left the overlap to luck). Before the busy answer a receiver pulled up to 2 of one
 peer at once, the third stream was closed unread, counted `fetch_failed`, and the honest publisher was backed off —
 its next announcements dropped as `backoff` (measured on the old code: see the commit message).
 """
@@ -24,17 +25,20 @@ from tests.integration.conftest import peer_config
 from tests.integration.test_hivemind_transport import _record
 
 pytestmark = pytest.mark.integration
-LINGER_S = 1.0  # the publisher's bundle handler returns this long after it has served
+HOLD_CAP_S = 30.0  # the most the publisher's bundle handler holds its admission after serving
 BURST = 6  # bundles the publisher publishes, PERIOD_S apart (each pushed: the DHT keeps only the newest)
 PERIOD_S = 0.3
 
 
 class SlowToClose(HivemindTransport):
-    """A publisher whose bundle stream handler returns LINGER_S after serving (its admission held meanwhile)."""
+    """A publisher whose bundle stream handler, after serving, holds its admission until it has refused a stream
+    for its per-peer limit once (the busy answer given), at most HOLD_CAP_S; after that it returns at once."""
 
     async def _handle_stream(self, info, reader, writer) -> None:
         await super()._handle_stream(info, reader, writer)
-        await asyncio.sleep(LINGER_S)
+        deadline = time.monotonic() + HOLD_CAP_S
+        while not self.refused_streams()[f"{wire.HANDLER_NAME}:per_peer"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
 
 def _take_until(t: HivemindTransport, done, timeout: float) -> tuple[int, Counter]:
@@ -93,6 +97,6 @@ def test_two_honest_peers_alone_never_count_each_other_failed():
     for peer, (got, drops) in out.items():
         assert drops["fetch_failed"] == 0 and drops["backoff"] == 0, (drops, refused)
         assert got == BURST and drops["busy"] == 0, (got, drops, refused)  # every busy answer was followed by success
-    # the busy answer was given and heeded (one pull at a time, LINGER_S each: the third finds both streams held)
+    # the busy answer was given and heeded (the first two pulls hold both streams: the third finds them held)
     assert all(r[f"{wire.HANDLER_NAME}:per_peer"] >= 1 for r in refused.values()) and all(retried.values()), \
         (refused, retried)

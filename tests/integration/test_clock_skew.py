@@ -33,6 +33,21 @@ def _ours(reader, key: str, subkey: bytes):
     return None if entry is None else entry.value
 
 
+def _version(reader, key: str, subkey: bytes) -> int | None:
+    value = _ours(reader, key, subkey)
+    return None if value is None else decode_weight_announcement(value).version
+
+
+def _eventually(read, want, timeout: float = 60.0):
+    """`read()` until it returns `want` (a store reaches the reader's DHT peers a moment after it returns; a busy
+    machine makes the moment long), at most `timeout` s; the last value read. A refused store never lands: the
+    wait runs out and the caller's assertion fails."""
+    deadline = time.monotonic() + timeout
+    while (got := read()) != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return got
+
+
 def test_a_weight_announcement_made_with_a_fast_clock_does_not_lock_the_next_ones(swarm3):
     _, (lt, reader, _) = swarm3
     key = weights_key(lt.cfg.swarm_id, lt.peer_id)
@@ -42,12 +57,12 @@ def test_a_weight_announcement_made_with_a_fast_clock_does_not_lock_the_next_one
     learner.clock = time.time  # the clock put right
     for version in (2, 3):
         learner.publish(version, b"v%d" % version, "full")
-        assert decode_weight_announcement(_ours(reader, key, lt.signing_subkey)).version == version
+        assert _eventually(lambda: _version(reader, key, lt.signing_subkey), version) == version
     learner.close()
     # a learner restarted on the same identity (nothing remembered in-process) replaces it too
     again = HivemindWeights(lt)
     again.publish(4, b"v4", "full")
-    assert decode_weight_announcement(_ours(reader, key, lt.signing_subkey)).version == 4
+    assert _eventually(lambda: _version(reader, key, lt.signing_subkey), 4) == 4
     again.close()
 
 
@@ -64,4 +79,7 @@ def test_a_rollout_announcement_after_the_clock_stepped_back_replaces_the_earlie
     peer.clock = time.time
     assert peer.publish_failures == 0  # before: the second store was refused (and counted)
     key = rollouts_key(peer.cfg.swarm_id, window, shard_of(peer.peer_id, peer.cfg.shards))
-    assert decode_announcement(_ours(reader, key, peer.signing_subkey)).created_at == start + 4.0
+    def created_at():
+        value = _ours(reader, key, peer.signing_subkey)
+        return None if value is None else decode_announcement(value).created_at
+    assert _eventually(created_at, start + 4.0) == start + 4.0

@@ -174,7 +174,7 @@ def test_peer_gone_after_announcing_does_not_stall_a_round(swarm3):
     assert got.drops == Counter({"fetch_failed": 1})
     start = time.monotonic()
     assert a.take(min_records=1, timeout=3.0).records == []  # nobody is waited for beyond the bound
-    assert time.monotonic() - start < 3.0 + 7.0  # slack for a loaded machine; a take that ignored its bound never returns
+    assert time.monotonic() - start < 3.0 + 57.0  # slack for a loaded machine; a take that ignored its bound never returns
 
 
 def test_a_late_joiner_receives_what_was_published_before_it_started(swarm3):
@@ -197,10 +197,21 @@ def test_a_push_makes_a_bundle_visible_before_the_next_poll(swarm3):
         _take_until(a, lambda d: any(r.peer == slow.peer_id for r in d.records), timeout=30)  # a has seen slow
         time.sleep(1.0)
         _take_until(slow, lambda d: False, timeout=0.1)
-        start = time.monotonic()
+        routes: list[tuple[str, float, bool]] = []  # (peer, created_at, heard by a DHT read) of each new candidate
+        candidate = slow.inbox._candidate  # vets an announcement however it came; a DHT read names its key's window
+
+        def spy(value, signer, *, now, key_window=None, **kw):
+            ann = candidate(value, signer, now=now, key_window=key_window, **kw)
+            if ann is not None:
+                routes.append((ann.peer, ann.created_at, key_window is not None))
+            return ann
+        slow.inbox._candidate = spy
+        start = time.time()
         a.publish([_record(a.peer_id, 51, 51)])  # pushed to slow: a saw slow's announcement
-        got = _take_until(slow, lambda d: any(r.round == 51 for r in d.records), timeout=20)
-        assert any(r.round == 51 for r in got.records) and time.monotonic() - start < 10.0
+        got = _take_until(slow, lambda d: any(r.round == 51 for r in d.records), timeout=60)
+        assert any(r.round == 51 for r in got.records)
+        # it came by the push (a notification), not by slow's next DHT poll: which way it came, not how fast
+        assert [dht for peer, created, dht in routes if peer == a.peer_id and created >= start] == [False], routes
     finally:
         slow.shutdown()
 
@@ -231,7 +242,7 @@ def test_unreachable_initial_peers_raise_one_line_error():
         HivemindTransport(cfg=_cfg([dead], ).model_copy(update={"startup_timeout_s": 10.0}))
     msg = str(exc.value)
     assert "\n" not in msg and dead in msg and "swarm bootstrap" in msg
-    assert time.monotonic() - start < 10.0 + 15.0
+    assert time.monotonic() - start < 10.0 + 50.0  # the start-up timeout, and slack for a busy machine's start
 
 
 async def _routing_table_peers(_dht, node) -> list[str]:

@@ -1,7 +1,8 @@
 """An open swarm: real `swarm node` processes on 127.0.0.1 exchange whatever their round, speed or join time.
 
-1. A node that joins a running swarm trains on the others' groups as soon as it finds any, and
-   they train on its groups within two of their rounds.
+1. A node that joins a running swarm trains on the others' groups in its first round (started with
+   `swarm.start_with_peers=1`, round 0 waits for the peer it met), and they train on its groups within
+   a few fan-in windows of its first publication.
 2. Two nodes whose rounds differ ≥ 10× in length each train on the other's groups, and the fast
    node's rounds are not slowed down to the slow node's pace: its median round stays within 1.2× of
    an identical node's that runs at the same time, on the same core, in another swarm. Both train on
@@ -9,7 +10,8 @@
    so they do the same work; the slow node is slow because it generates one sequence per generate
    call and takes 64 passes over its batch (train.epochs), so its bundles stay small.
 3. kill -9 of one of three nodes: the other two keep going without waiting for it; restarted with
-   its identity, it exchanges again in its first round.
+   its identity (and `swarm.start_with_peers=1`), it exchanges again in its first round.
+Each assertion waits for the event it checks (a round that names the peer), never for a round number.
 Each node is a `tiny-qwen2` node on one torch thread (a random model: `drop_zero_advantage` off so
 every group is trainable).
 """
@@ -80,18 +82,24 @@ def test_a_late_joiner_and_the_swarm_train_on_each_other(bootstrap, tmp_path):
     maddrs, children = bootstrap
     a, a_out = _start(children, maddrs, tmp_path, "early", _config(tmp_path, "early"))
     _wait_rounds(a_out, 20, 300, a)  # A runs ≥ 20 rounds alone
-    b, b_out = _start(children, maddrs, tmp_path, "late", _config(tmp_path, "late"), "--rounds", "8")
+    # start_with_peers: B's round 0 starts once it has read A's announcement and waits (wait_s) for A's groups;
+    # before, "its first round" was a race between B's first generation and its first fetch of A
+    b, b_out = _start(children, maddrs, tmp_path, "late", _config(tmp_path, "late", start_with_peers=1, wait_s=120),
+                      "--rounds", "8")
     b_rows = _wait_rounds(b_out, 8, 300, b)
     a_id, b_id = _peer_id(a_out), _peer_id(b_out)
-    # B trains on A's groups in its first round that finds any (its pool is filled from A's recent bundles)
-    first = next(m for m in b_rows if m["groups_received"] or m["pool_size"] or m["groups_external"])
-    assert first["groups_external"] > 0 and first["external_peers"] == [a_id], b_rows
-    assert first["round"] <= 1, [(m["round"], m["groups_external"], m["peer_groups_note"]) for m in b_rows]
-    # A trains on B's groups within 2 of A's rounds after B's first publication
+    # B trains on A's groups in its first round (its pool is filled from A's recent bundles)
+    assert b_rows[0]["groups_external"] > 0 and b_rows[0]["external_peers"] == [a_id], b_rows[0]
+    # A trains on B's groups once it has fetched one: within a few fan-in windows (10 s each) of B's first
+    # publication, however many of A's rounds that is on a busy machine
     published = b_rows[0]["time"]
-    a_rows = _wait_rounds(a_out, len(_rows(a_out)) + 3, 120, a)
-    after = [m for m in a_rows if m["time"] > published]
-    assert any(b_id in m["external_peers"] for m in after[:2]), [(m["round"], m["external_peers"]) for m in after]
+    deadline = time.monotonic() + 3 * 10.0 + 60
+    while True:
+        a_rows = _rows(a_out)
+        if any(b_id in m["external_peers"] for m in a_rows if m["time"] > published):
+            break
+        assert a.poll() is None and time.monotonic() < deadline, [(m["round"], m["external_peers"]) for m in a_rows[-20:]]
+        time.sleep(0.5)
     assert all(m["round_s"] < 10 for m in a_rows), "the running node never waited on the newcomer"
 
 
@@ -162,7 +170,10 @@ def test_kill_9_of_one_node_stalls_nobody_and_a_restart_exchanges_at_once(bootst
         after = [m for m in rows if m["time"] > killed_at]
         assert len(after) >= 8 and max(m["round_s"] for m in after) < 10, [m["round_s"] for m in after]
     before = len(_rows(victim_out))
-    again, _ = _start(children, maddrs, tmp_path, "n2", str(tmp_path / "n2.yaml"))
+    # start_with_peers: its round 0 waits until it has read a peer's announcement and for that peer's groups
+    # (before, its first round raced its first fetch)
+    again, _ = _start(children, maddrs, tmp_path, "n2", str(tmp_path / "n2.yaml"),
+                      "--set", "swarm.start_with_peers=1", "--set", "swarm.wait_s=120")
     rows = _wait_rounds(victim_out, before + 3, 300, again)
     assert _peer_id(victim_out) == _peer_id(nodes["n2"][1])  # same identity, same peer id
     resumed = [m for m in rows if m["time"] > killed_at]

@@ -176,6 +176,24 @@ def test_replay_fills_the_step_with_earlier_own_groups_nearest_the_budget():
     assert sel.select(_own_round(3)).replayed == 0
 
 
+def test_replay_repeat_lets_few_groups_reach_a_large_budget():
+    # round 1 has only round 0's 2 groups (20 tokens each) to replay; budget 140 → own 40 + 100 to fill.
+    # Once each (the default): 40 + 40 = 80, far short. Up to 3 times each: 40 + 5 × 20 = 140, the least replayed
+    # group first every time (so the two alternate), never past 3 of one.
+    for repeat, want in ((1, [0, 0]), (3, [0, 0, 0, 0, 0])):
+        sel = SapoSelector(SelectConfig(local_groups=2, external_groups=0, replay_tokens=140, replay_repeat=repeat),
+                           seed=0)
+        sel.select(_own_round(0))
+        s = sel.select(_own_round(1))
+        assert [g.round for g in s.groups[2:]] == want and s.replayed == len(want)
+        replayed = s.groups[2:]
+        assert max(sum(g is h for h in replayed) for g in replayed) == min(repeat, 3)
+        assert [e[0] for e in sel.replay[:2]] == ([1, 1] if repeat == 1 else [3, 2])
+    sel = SapoSelector(SelectConfig(local_groups=2, external_groups=0, replay_tokens=1000, replay_repeat=2), seed=0)
+    sel.select(_own_round(0))
+    assert sel.select(_own_round(1)).replayed == 4  # 2 groups × 2: the cap, however far the budget is
+
+
 def test_replay_pool_is_bounded_oldest_out_and_off_by_default():
     sel = SapoSelector(SelectConfig(local_groups=2, external_groups=0, replay_tokens=1000, replay_pool=3), seed=0)
     for r in range(4):
