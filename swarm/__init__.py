@@ -13,7 +13,7 @@
   weights/   weight broadcast for HeteroRL (channel, and hivemind: the channel on hivemind) and decentralized
              LoRA adapter averaging for federated mode (averaging)
   host/      this machine's side: is the swarm machinery running (health), `swarm doctor`'s checks (doctor),
-             process plumbing of `swarm local` (local)
+             process plumbing of `swarm local` (local), this machine's available memory (meminfo)
   config     SwarmConfig (no hivemind import)
   bucket     the token buckets every rate limit here uses (and node.distill.serve's budget)
 

@@ -36,22 +36,12 @@ from __future__ import annotations
 
 import json
 
+from swarm.host.meminfo import available_bytes
+
 ACTIVATION_FACTOR = 1.8
 RESIDUE = 0.5
 NODE_OVERHEAD = 200 << 20
 PROCESS = 350 << 20
-
-
-def available_bytes() -> int | None:
-    """MemAvailable of this machine (None where /proc/meminfo cannot be read)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _model_shape(spec: str) -> dict | None:

@@ -31,24 +31,16 @@ B, G, T = 8, 8, 24  # one lab round: 8 prompts × 8 completions × ~24 tokens
 # ---------------------------------------------------------------- worker (one process, k peers)
 
 def synthetic_records(peer: str, round_: int, rng: random.Random, swarm: str):
-    from protocols.records import (
-        Completion,
-        ModelInfo,
-        RolloutRecord,
-        SamplingInfo,
-        TaskRef,
-    )
+    from bench.harness.records import completion, record
 
-    def completion() -> Completion:
+    def one():
         ids = tuple(rng.randrange(1, 4000) for _ in range(T))
         lps = tuple(round(-rng.expovariate(1.0), 3) for _ in range(T))
-        return Completion(" ".join(str(i % 97) for i in ids), ids, lps, "stop", float(rng.random() < 0.3))
+        return completion(" ".join(str(i % 97) for i in ids), ids=ids, logprobs=lps, reward=float(rng.random() < 0.3))
 
-    return [RolloutRecord(swarm=swarm, peer=peer, round=round_, policy_version=round_,
-                          created_at=time.time(), model=ModelInfo("lab-chain-sum", "0" * 64, 4096),
-                          sampling=SamplingInfo(1.0, 1.0, 32),
-                          task=TaskRef("chain_sum", {"min_terms": 2, "max_terms": 2}, 0, round_ * B + i),
-                          prompt=f"What is {i} + {round_}?", completions=tuple(completion() for _ in range(G)))
+    return [record(peer, round_ * B + i, round_=round_, swarm=swarm, completions=[one() for _ in range(G)],
+                   model="lab-chain-sum", fingerprint="0" * 64, vocab=4096, created_at=time.time(),
+                   sampling=(1.0, 1.0, 32), params={"min_terms": 2, "max_terms": 2}, prompt=f"What is {i} + {round_}?")
             for i in range(B)]
 
 

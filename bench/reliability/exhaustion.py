@@ -45,19 +45,12 @@ def _transport(maddr: str, **kw):
 
 
 def _record(peer: str, index: int, tokens: int = 3, completions: int = 4):
-    from protocols.records import (
-        Completion,
-        ModelInfo,
-        RolloutRecord,
-        SamplingInfo,
-        TaskRef,
-    )
-    comps = tuple(Completion(f"<answer>{index}</answer> {j}" + "x" * max(0, tokens - 16), tuple(range(5, 5 + tokens)),
-                             (-0.5,) * tokens, "stop", 1.0) for j in range(completions))
-    return RolloutRecord(swarm="rlswarm", peer=peer, round=0, policy_version=0, created_at=time.time(),
-                         model=ModelInfo("bench", "a" * 64, 512), sampling=SamplingInfo(1.0, 1.0, 16),
-                         task=TaskRef("chain_sum", {"min_terms": 2}, 0, index), prompt=f"What is {index}?",
-                         completions=comps)
+    from bench.harness.records import completion, record
+
+    comps = [completion(f"<answer>{index}</answer> {j}" + "x" * max(0, tokens - 16), tokens, first=5)
+             for j in range(completions)]
+    return record(peer, index, completions=comps, model="bench", fingerprint="a" * 64, created_at=time.time(),
+                  sampling=(1.0, 1.0, 16), params={"min_terms": 2}, prompt=f"What is {index}?")
 
 
 # ---------------------------------------------------------------- memory: victim and bomber processes

@@ -40,6 +40,7 @@ import torch
 
 from node.models.device import checkpointing, innermost, set_checkpointing
 from node.round.logprobs import TokenRow, score_rows
+from swarm.host.meminfo import available_bytes
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,7 @@ def free_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return available_bytes()
 
 
 @contextlib.contextmanager

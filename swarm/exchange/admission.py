@@ -171,6 +171,16 @@ class StreamGuards:
                                                                is_good=is_good or self.is_good)
 
         async def guarded(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await admit_and_handle(info, reader, writer)
+            except asyncio.CancelledError:  # the transport shutting down: end quietly (see the comment below)
+                writer.close()
+
+        # A stream handler runs as the task of asyncio's connection callback, whose done-callback on CPython 3.11 asks a
+        # cancelled task for its exception and logs the CancelledError as "Exception in callback" (a traceback in the
+        # log of a node that only shut down). So a handler cancelled at shutdown returns instead: nothing awaits its
+        # task, and nothing after the cancel is left undone but closing the stream.
+        async def admit_and_handle(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with admission.admit(info.peer_id.to_base58()) as ok:
                 if ok:
                     await handler(info, reader, writer)

@@ -3,4 +3,5 @@
   health  is this node's swarm machinery (DHT child, p2pd) still running?
   doctor  `swarm doctor`'s checks: can this machine take part, and what to fix
   local   process plumbing of `swarm local`
+  meminfo this machine's available memory (MemAvailable), for the micro-batch plan and bench jobs
 """

@@ -29,14 +29,10 @@ from bench.harness.attacks import (
     refetch,
     slow_offer,
 )
+import bench.harness.records as kit
+from bench.harness.records import completion
 from protocols.codec import encode_bundle
-from protocols.records import (
-    Completion,
-    ModelInfo,
-    RolloutRecord,
-    SamplingInfo,
-    TaskRef,
-)
+from protocols.records import RolloutRecord
 from swarm.dht.bootstrap import start_bootstrap
 from swarm.exchange.hivemind import HivemindTransport
 from swarm.exchange.receive import Delivery, decoded_bytes
@@ -49,12 +45,9 @@ BUDGET = 16  # the victim's tokens per completion, as a node with generation.max
 
 
 def record(peer: str, index: int, *, text: str = "<answer>7</answer>", tokens: int = 3) -> RolloutRecord:
-    comps = tuple(Completion(f"{text} {index}.{j}", tuple(range(5, 5 + tokens)), (-0.5,) * tokens, "stop", 1.0)
-                  for j in range(4))
-    return RolloutRecord(swarm="rlswarm", peer=peer, round=0, policy_version=0, created_at=time.time(),
-                         model=ModelInfo("tiny-qwen2", FP, 512), sampling=SamplingInfo(1.0, 1.0, 16),
-                         task=TaskRef("chain_sum", {"min_terms": 2}, 0, index), prompt=f"What is {index}?",
-                         completions=comps)
+    return kit.record(peer, index, completions=[completion(f"{text} {index}.{j}", tokens, first=5) for j in range(4)],
+                      fingerprint=FP, created_at=time.time(), sampling=(1.0, 1.0, 16), params={"min_terms": 2},
+                      prompt=f"What is {index}?")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import msgpack
 import pytest
 import zstandard
 
+from bench.harness.records import record as _record
 from protocols.addrs import decode_addrs, encode_addrs
 from protocols.codec import RecordError, decode_bundle
 from swarm.exchange.admission import DownloadSlots
@@ -29,7 +30,6 @@ from swarm.exchange.push import receive_push
 from swarm.exchange.standing import BACKOFF, NEW
 from swarm.exchange.transport import Inbox, Limits, make_bundle
 from swarm.net.wire import FetchError, decode_request, encode_request
-from tests.unit.swarm.test_push_and_peers import _record
 from tests.unit.protocols.test_wire import _frames, _Writer
 
 SHA_A = "a" * 64

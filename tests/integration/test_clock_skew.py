@@ -14,11 +14,11 @@ import time
 
 import pytest
 
+from bench.harness.records import record as _record
 from protocols.announce import decode_announcement
 from protocols.keys import rollouts_key, shard_of, window_of
 from protocols.weights import decode_weight_announcement, weights_key
 from swarm.weights.hivemind import HivemindWeights
-from tests.unit.swarm.test_transport_twin import _record
 
 pytestmark = pytest.mark.integration
 SWARM3_CONFIG = {"poll_interval_s": 0.2}

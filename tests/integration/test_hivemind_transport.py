@@ -13,17 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.records import completion, record
 from protocols.announce import encode_announcement
 from protocols.codec import encode_bundle, sha256_hex
 from protocols.keys import rollouts_key, shard_of, window_of
-from protocols.records import (
-    Announcement,
-    Completion,
-    ModelInfo,
-    RolloutRecord,
-    SamplingInfo,
-    TaskRef,
-)
+from protocols.records import Announcement, Completion, RolloutRecord
 from swarm.config import SwarmConfig
 from swarm.dht.peer import BootstrapUnreachable
 from swarm.exchange.hivemind import HivemindTransport
@@ -35,15 +29,14 @@ pytestmark = pytest.mark.integration
 FP = "ef" * 32
 
 
+COMPLETIONS = (completion("<answer>7</answer>", ids=(5, 6, 7), logprobs=(-0.5, -0.25, -2.0)),
+               completion("8", ids=(9,), logprob=-1.5, finish="length", reward=None))
+
+
 def _record(peer: str, round_: int, index: int = 0, *, swarm: str = "rlswarm", completions=None) -> RolloutRecord:
-    if completions is None:
-        completions = (Completion("<answer>7</answer>", (5, 6, 7), (-0.5, -0.25, -2.0), "stop", 1.0),
-                       Completion("8", (9,), (-1.5,), "length"))
-    return RolloutRecord(
-        swarm=swarm, peer=peer, round=round_, policy_version=round_, created_at=1700000123.5,
-        model=ModelInfo("tiny-qwen2", FP, 512), sampling=SamplingInfo(0.7, 0.9, 16),
-        task=TaskRef("chain_sum", {"min_terms": 2, "max_terms": 3}, 42, index), prompt=f"What is {index}+2?",
-        completions=completions)
+    return record(peer, index, round_=round_, swarm=swarm, completions=COMPLETIONS if completions is None else completions,
+                  fingerprint=FP, created_at=1700000123.5, sampling=(0.7, 0.9, 16),
+                  params={"min_terms": 2, "max_terms": 3}, seed=42, prompt=f"What is {index}+2?")
 
 
 # the conftest's swarm3 peers; backoff_s 0: one rogue identity tells one lie after another, and each must be

@@ -203,9 +203,10 @@ def report(out: Path, args, run: dict) -> dict:
     # goals
     ratios = {n: (per_node[n]["disturbed"]["round_p95_s"] / per_node[n]["quiet"]["round_p95_s"])
               for n in run["nodes"] if per_node[n]["quiet"]["round_p95_s"] and per_node[n]["disturbed"]["round_p95_s"]}
-    judged = [r for r in rss if r["phase"] == "life" and r["growth_pct_per_h"] is not None and r["fit_min"] * 60 >= GOAL_FIT_S]
+    attackers = set(run.get("attackers", []))  # their own logs and memory are reported, not judged: not our nodes
+    judged = [r for r in rss if r["phase"] == "life" and r["growth_pct_per_h"] is not None
+              and r["fit_min"] * 60 >= GOAL_FIT_S and r["name"] not in attackers]
     worst_rss = max(judged, key=lambda r: r["growth_pct_per_h"], default=None)
-    attackers = set(run.get("attackers", []))  # their own logs are reported, not judged: they are not our nodes
     n_tb = sum(v["quiet"] + v["disturbed"] for k, v in tbs.items() if k.split(".")[0] not in attackers)
     node_restarts = [r for r in restarts if r["resumed"] is not None]  # lives that finished a round
     no_round = [r for r in restarts if r["resumed"] is None and r["life_ended_by"] != "sigint_at_end"]

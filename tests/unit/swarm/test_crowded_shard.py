@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import random
 
+from bench.harness.records import record as _record
 from protocols.keys import rollouts_key, shard_of
 from swarm.dht.entries import pick_entries
 from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from swarm.exchange.transport import Limits, make_bundle
-from tests.unit.swarm.test_transport_twin import Clock, _record
+from tests.unit.swarm.test_transport_twin import Clock
 
 
 def _crowd(near: str, n: int, shards: int = 4) -> list[str]:

@@ -12,15 +12,10 @@ from collections import Counter
 import pytest
 
 from bench.harness.attacks import bomb_bundle
+from bench.harness.records import completion, record
 from protocols.codec import MAX_NAME_CHARS, RecordError, decode_bundle, encode_bundle
 from protocols.keys import rollouts_key, window_of
-from protocols.records import (
-    Completion,
-    ModelInfo,
-    RolloutRecord,
-    SamplingInfo,
-    TaskRef,
-)
+from protocols.records import RolloutRecord
 from swarm.dht.peer import OwnedEntriesValidator, read_keys
 from swarm.exchange.admission import Admission, ServedBook
 from swarm.exchange.inbox import NOTIFY_STRANGERS
@@ -32,11 +27,7 @@ T0 = 1_700_000_000.0
 
 
 def _record(peer: str, index: int = 0, tokens: int = 2, name: str = "tiny-qwen2") -> RolloutRecord:
-    return RolloutRecord(
-        swarm="rlswarm", peer=peer, round=0, policy_version=0, created_at=T0,
-        model=ModelInfo(name, "cd" * 32, 512), sampling=SamplingInfo(1.0, 1.0, 8),
-        task=TaskRef("chain_sum", {}, 0, index), prompt=f"Q{index}",
-        completions=(Completion("5" * tokens, tuple(range(1, tokens + 1)), (-0.5,) * tokens, "stop", 1.0),))
+    return record(peer, index, model=name, completions=[completion("5" * tokens, tokens)])
 
 
 # -- decoding under the receiver's budget ------------------------------------------------------------------

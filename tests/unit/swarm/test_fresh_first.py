@@ -15,9 +15,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from bench.harness.records import record as _record
 from swarm.exchange.fanin import FRESH_BURST, fresh_limit
 from swarm.exchange.transport import Inbox, Limits, make_bundle
-from tests.unit.swarm.test_push_and_peers import _record
 
 T0 = 1_700_000_000.0
 ROUND_S = 10.0

@@ -10,15 +10,10 @@ from collections import Counter
 
 import pytest
 
+from bench.harness.records import completion, record
 from node.config import ConfigError
 from ops.cli import network
-from protocols.records import (
-    Completion,
-    ModelInfo,
-    RolloutRecord,
-    SamplingInfo,
-    TaskRef,
-)
+from protocols.records import RolloutRecord
 from swarm.config import SwarmConfig
 from swarm.dht.peer import network_options
 from swarm.exchange.transport import Inbox, Limits, make_bundle
@@ -40,11 +35,7 @@ BOOT = "/ip4/127.0.0.1/tcp/31337/p2p/QmbootstrapPeerId1"
 
 
 def _record(peer: str, index: int = 0) -> RolloutRecord:
-    return RolloutRecord(
-        swarm="rlswarm", peer=peer, round=0, policy_version=0, created_at=T0,
-        model=ModelInfo("tiny-qwen2", "cd" * 32, 512), sampling=SamplingInfo(1.0, 1.0, 8),
-        task=TaskRef("chain_sum", {}, 0, index), prompt=f"Q{index}",
-        completions=(Completion("5", (1, 2), (-0.5, -0.5), "stop", 1.0),))
+    return record(peer, index, completions=[completion("5", 2)])
 
 
 def _bundle(peer: str, index: int = 0, now: float = T0):

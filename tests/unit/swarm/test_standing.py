@@ -19,6 +19,7 @@ from collections import Counter
 
 import pytest
 
+from bench.harness.records import record as _record
 from node.config import parse_config
 from node.node import Node
 from node.round.loop import run_round
@@ -30,7 +31,7 @@ from swarm.exchange.polling import PollPlan
 from swarm.exchange.standing import Standing
 from swarm.exchange.transport import Limits, make_bundle
 from tests.adversarial.hostile import honest_record
-from tests.unit.swarm.test_transport_twin import Clock, _announce_raw, _record
+from tests.unit.swarm.test_transport_twin import Clock, _announce_raw
 
 WAIT_S = 10.0
 QUICK_S = WAIT_S / 5  # a round that did not wait for peers gathers in well under this

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 import zstandard
 
+from bench.harness.records import completion, record
 from protocols.announce import encode_announcement
 from protocols.codec import (
     Caps,
@@ -20,18 +21,10 @@ from protocols.codec import (
     sha256_hex,
 )
 from protocols.keys import rollouts_key, shard_of, window_of
-from protocols.records import (
-    Announcement,
-    Completion,
-    ModelInfo,
-    RolloutRecord,
-    SamplingInfo,
-    TaskRef,
-)
+from protocols.records import Announcement, RolloutRecord
 from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 from swarm.exchange.transport import Limits, make_bundle, vet_announcement
 
-FP = "cd" * 32
 T0 = 1_700_000_000.0
 
 
@@ -46,12 +39,8 @@ class Clock:
 
 
 def _record(peer: str, round_: int = 0, index: int = 0, swarm: str = "rlswarm", n_tokens: int = 3) -> RolloutRecord:
-    ids = tuple(1 + i % 500 for i in range(n_tokens))
-    return RolloutRecord(
-        swarm=swarm, peer=peer, round=round_, policy_version=round_, created_at=T0,
-        model=ModelInfo("tiny-qwen2", FP, 512), sampling=SamplingInfo(1.0, 1.0, 8),
-        task=TaskRef("chain_sum", {"min_terms": 2}, 0, index), prompt=f"Q{index}",
-        completions=(Completion("<answer>5</answer>", ids, tuple(-0.5 for _ in ids), "stop", 1.0),))
+    return record(peer, index, round_=round_, swarm=swarm, params={"min_terms": 2},
+                  completions=[completion(ids=(1 + i % 500 for i in range(n_tokens)))])
 
 
 def _swarm(*names: str, clock: Clock | None = None, **limits) -> tuple[InMemoryHub, dict[str, InMemoryTransport]]:
