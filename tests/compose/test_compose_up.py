@@ -88,21 +88,33 @@ def test_prometheus_on_loopback_scrapes_both_nodes(up):
     assert {t["labels"]["instance"]: t["health"] for t in targets} == {f"{n}:9100": "up" for n in NODES}
 
 
-def test_every_grafana_expression_runs_against_prometheus(up):
+def _ask_every_expression(prometheus: str) -> tuple[list[str], list[str], int]:
     errors, empty, answered = [], [], 0
     for expr in queries(dashboard()):
-        values = label_values(up.prometheus, expr)
+        values = label_values(prometheus, expr)
         if values is not None:  # the `node` variable's query
             assert set(NODES) <= set(values), values
             answered += 1
             continue
-        answer = prom_query(up.prometheus, runnable(expr))
+        answer = prom_query(prometheus, runnable(expr))
         if answer.get("status") != "success":
             errors.append(f"{expr}: {answer.get('error')}")
         elif not answer["data"]["result"]:
             empty.append(expr)
         else:
             answered += 1
+    return errors, empty, answered
+
+
+def test_every_grafana_expression_runs_against_prometheus(up):
+    # a rate over [2m] has data once Prometheus holds two samples of its series in the window (a scrape every 5 s):
+    # asked too soon after a series first appears it is empty, so ask again until each has data (at most 90 s)
+    deadline = time.monotonic() + 90
+    while True:
+        errors, empty, answered = _ask_every_expression(up.prometheus)
+        if errors or not [e for e in empty if not MAY_BE_EMPTY.search(e)] or time.monotonic() > deadline:
+            break
+        time.sleep(5)
     assert not errors, errors
     assert [e for e in empty if not MAY_BE_EMPTY.search(e)] == [], empty
     up.measured["grafana_expressions"] = {"with_data": answered, "empty": len(empty), "errors": len(errors)}
