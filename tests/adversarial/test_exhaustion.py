@@ -35,9 +35,10 @@ from protocols.codec import encode_bundle
 from protocols.records import RolloutRecord
 from swarm.dht.bootstrap import start_bootstrap
 from swarm.exchange.hivemind import HivemindTransport
-from swarm.exchange.receive import Delivery, decoded_bytes
+from swarm.exchange.receive import decoded_bytes
 from swarm.net import wire
 from tests.integration.conftest import peer_config
+from tests.integration.test_hivemind_transport import _take_until
 
 pytestmark = pytest.mark.integration
 FP = "a" * 64
@@ -105,17 +106,6 @@ def test_a_decode_bomb_is_dropped_while_decoding_and_never_waits_in_memory(peers
     assert tokens <= 6 * 4 * 3, tokens
     assert got.drops["too_large"] + got.drops["completion_too_long"] >= 6, got.drops
     assert grown < 64 << 20, f"RSS grew {grown / 2**20:.0f} MiB"
-
-
-def _take_until(t: HivemindTransport, done, timeout: float) -> Delivery:
-    """Everything `t` delivers (records and drops added up) until `done(total)` holds or `timeout` s passed."""
-    total = Delivery()
-    deadline = time.monotonic() + timeout
-    while not done(total) and time.monotonic() < deadline:
-        d = t.take(min_records=10**9, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-        total.records += d.records
-        total.drops.update(d.drops)
-    return total
 
 
 def test_what_waits_for_the_next_round_is_bounded_in_bytes_and_shared_fairly(peers):
