@@ -107,6 +107,9 @@ class LossInputs:
 class LossOutputs:
     loss: Tensor  # scalar, differentiable w.r.t. LossInputs.logp
     metrics: dict[str, float] = field(default_factory=dict)
+    # how a metric the round record does not declare combines over a step's micro-batches: "rows" (the default),
+    # "peer rows", "own rows", "sum" or "max" (node.round.record.Over; a declared metric keeps its declaration)
+    combine: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ class Loss:
             x, m = f(x)
             filter_metrics.update(m)
         out = self.base(x)
-        loss, metrics = out.loss, dict(out.metrics)
+        loss, metrics = out.loss, dict(out.metrics)  # the base's combine rules are its own (a term's are declared)
         for term in self.terms:
             if term.filtered:
                 value, m = term(x)
@@ -77,7 +77,7 @@ class Loss:
                 value, m = term(inputs)
                 loss = loss + value
                 metrics.update(m)
-        return LossOutputs(loss, metrics)
+        return LossOutputs(loss, metrics, dict(out.combine))
 
 
 def as_loss(loss_fn: Callable[[LossInputs], LossOutputs]) -> Loss:

@@ -13,8 +13,9 @@ shows it):
     `losses.base.BatchTotals`), never by the micro-batch's own; `behaviour_view(inputs).totals`
     and `losses.base.reduce_tokens` / `reduce_rows` do it;
   - μ is read through `losses.base.behaviour_view`, which handles rows from another tokenizer;
-  - `metrics` are floats; keys ending in `_max` are maxed over micro-batches, the others averaged
-    by rows (`loss_metrics` gives the ones every built-in loss reports).
+  - `metrics` are floats (`loss_metrics` gives the ones every built-in loss reports); over a step's
+    micro-batches, one the round record declares (node/round/record.py, docs/ROUNDS.md) combines as declared,
+    one of your own by rows unless `LossOutputs.combine` names it "max", "sum", "peer rows" or "own rows".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from node.federated.round import run_federated_round
 from node.heterorl.learner import run_learner_round
@@ -15,8 +15,9 @@ from swarm.host.health import TransportDied, TransportWatch
 
 if TYPE_CHECKING:
     from node.node import Node
+    from node.round.record import RoundRecord
 
-ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
+ROUND_FUNCTIONS: dict[str, Callable[[Node, int], RoundRecord]] = {
     "sapo": run_round,  # sample, share, train (node.round.loop)
     "federated": run_federated_round,  # private rounds, public steps, adapter averaging
     "sampler": run_sampler_round,  # HeteroRL: generate with a learner's weights, publish, never train
@@ -24,7 +25,7 @@ ROUND_FUNCTIONS: dict[str, Callable[[Node, int], dict[str, Any]]] = {
 }
 
 
-def run(node: Node, rounds: int) -> list[dict[str, Any]]:
+def run(node: Node, rounds: int) -> list[RoundRecord]:
     """Run rounds start..rounds-1 (resuming after the last checkpointed round).
 
     Before every round the transport's processes are checked (swarm.host.health): a node whose DHT

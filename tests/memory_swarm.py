@@ -16,7 +16,7 @@ def run_concurrently(nodes: list, rounds: int, timeout_s: float = 300.0) -> list
     def run(i: int) -> None:
         meet_peers(nodes[i])
         for r in range(rounds):
-            results[i].append(run_round(nodes[i], r))
+            results[i].append(run_round(nodes[i], r).line())
 
     try:
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(nodes))]

@@ -25,10 +25,20 @@ import time
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
+from node.round.record import Distill
 from swarm.exchange.twin import InMemoryHub, InMemoryTransport
 
 TWINS = ("rounds", "clock")
-BOUNDS = ("distill_clipped_share", "distill_capped_share", "distill_guarded_share")
+BOUNDS = ("distill_clipped_share", "distill_capped_share", "distill_guarded_share")  # StepMetrics fields
+# per node, summed over its rounds (the results' keys are the record's field names)
+TOTALS = {"tokens_generated": lambda rec: rec.generation.tokens_generated,
+          "tokens_trained": lambda rec: rec.step.tokens_trained,
+          "groups_informative": lambda rec: rec.generation.groups_informative,
+          "groups_received": lambda rec: rec.exchange.groups_received,
+          "groups_received_informative": lambda rec: rec.exchange.groups_received_informative,
+          "groups_replayed": lambda rec: rec.step.groups_replayed, "round_s": lambda rec: rec.round_s,
+          "distill_tokens_scored": lambda rec: rec.distill and rec.distill.distill_tokens_scored,
+          "distill_served_computed": lambda rec: rec.distill and rec.distill.distill_served_computed}
 T0 = 1.8e9  # the virtual epoch of a swarm run by rounds (seconds; any fixed date)
 TURN_S = 1e-3  # virtual time between two nodes' turns within one round
 
@@ -68,9 +78,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
     generate = [i + j for i, j in zip(local, external)] if generate is None else \
         generate if isinstance(generate, list) else [generate] * nodes
     overrides = overrides if isinstance(overrides, list) else [overrides] * nodes
-    totals = ("tokens_generated", "tokens_trained", "groups_informative", "groups_received",
-              "groups_received_informative", "groups_replayed", "round_s", "distill_tokens_scored",
-              "distill_served_computed")
+    totals = TOTALS
     with tempfile.TemporaryDirectory() as tmp:
         swarm = []
         for k, config in enumerate(configs):
@@ -103,26 +111,27 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                     clock.at(r, k)
                     if replay_to is not None:
                         node.selector.replay_to = max(1, replay_to[k][r])
-                    m = run_round(node, r)
-                    curves[k].append(m["reward_mean"])
-                    trained[k].append(m["tokens_trained"])
-                    externals[k] += m["groups_external"]
-                    for key in totals:
-                        sums[k][key] += m.get(key) or 0
-                    if m.get("distill_tokens_scored"):  # a round none of whose tokens were scored has no KL (its 0.0
-                        distill_kls[k].append(m.get("distill_kl"))  # is no measurement: round 0 across tokenizers)
-                    if m.get("distill_requests"):
-                        off_split[k].append(m.get("distill_off_split"))
-                    if m.get("distill_gate"):  # the headroom gate's state and both scores (node/distill/gate.py)
-                        gates[k].append({"round": r, **m["distill_gate"]})
+                    rec = run_round(node, r)
+                    m, d = rec.metrics, rec.distill or Distill()
+                    curves[k].append(rec.generation.reward_mean)
+                    trained[k].append(rec.step.tokens_trained)
+                    externals[k] += rec.step.groups_external
+                    for key, value in totals.items():
+                        sums[k][key] += value(rec) or 0
+                    if d.distill_tokens_scored:  # a round none of whose tokens were scored has no KL (its 0.0
+                        distill_kls[k].append(m.distill_kl)  # is no measurement: round 0 across tokenizers)
+                    if d.distill_requests:
+                        off_split[k].append(d.distill_off_split)
+                    if d.distill_gate:  # the headroom gate's state and both scores (node/distill/gate.py)
+                        gates[k].append({"round": r, **d.distill_gate})
                     for key in BOUNDS:  # how often a teacher's limits bound (losses/distill.py), the worst round
-                        bounds[k][key] = max(bounds[k][key], m.get(key) or 0.0)
-                    if m["groups_external"] and "is_weight_external" in m:
-                        weights[k].append(m["is_weight_external"])
-                        shares[k].append(m.get("is_weight_external_share", 0.0))
-                        filtered[k].append(m.get("filtered_frac", 0.0))
-                        if m.get("kl_beh_external") is not None:
-                            kls[k].append(m["kl_beh_external"])
+                        bounds[k][key] = max(bounds[k][key], getattr(m, key) or 0.0)
+                    if rec.step.groups_external and m.is_weight_external is not None:
+                        weights[k].append(m.is_weight_external)
+                        shares[k].append(m.is_weight_external_share or 0.0)
+                        filtered[k].append(m.filtered_frac or 0.0)
+                        if m.kl_beh_external is not None:
+                            kls[k].append(m.kl_beh_external)
             last = [node.evaluate_items() for node in swarm]
         finally:
             for node in swarm:

@@ -23,8 +23,8 @@ import yaml
 
 from bench.harness.output import results_dir, table, write_json
 from bench.harness.stats import interval
-from node.books.metrics import read_metrics
 from node.books.progress import Progress
+from node.round.record import read_records
 
 RESULTS = results_dir("learning")
 
@@ -33,10 +33,10 @@ def gains(run: Path) -> dict[str, float]:
     """node → held-out gain (the first evaluation before round 0, the last one after)."""
     out = {}
     for d in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").is_file()):
-        rows = read_metrics(d / "metrics.jsonl")
-        evals = [m["eval_accuracy"] for m in rows if m.get("eval_accuracy") is not None]
-        if rows and rows[0].get("eval_accuracy_before") is not None and evals:
-            out[d.name] = evals[-1] - rows[0]["eval_accuracy_before"]
+        rows = read_records(d / "metrics.jsonl")
+        evals = [m.eval.eval_accuracy for m in rows if m.eval.eval_accuracy is not None]
+        if rows and rows[0].eval.eval_accuracy_before is not None and evals:
+            out[d.name] = evals[-1] - rows[0].eval.eval_accuracy_before
     return out
 
 

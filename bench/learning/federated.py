@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.harness.models import model_cached
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
-from node.books.metrics import read_metrics
+from node.round.record import read_records
 
 RESULTS = results_dir("learning")
 
@@ -49,19 +49,20 @@ def run_swarm(config: str, out: Path, args) -> float:
 
 
 def summarize(out: Path, nodes: list[str], n: int) -> dict:
-    per = {name: read_metrics(out / name / "metrics.jsonl") for name in nodes}
-    boundaries = sorted({m["round"] for rows in per.values() for m in rows if "avg_averaged" in m})
-    drift = {name: [next((m.get("avg_drift") for m in rows if m["round"] == r), None) for r in boundaries]
+    per = {name: read_records(out / name / "metrics.jsonl") for name in nodes}
+    # federated averaging's fields are the record's mode fields (node.federated.round)
+    boundaries = sorted({m.round for rows in per.values() for m in rows if "avg_averaged" in m.mode})
+    drift = {name: [next((m.mode.get("avg_drift") for m in rows if m.round == r), None) for r in boundaries]
              for name, rows in per.items()}
-    evals = sorted({m["round"] for rows in per.values() for m in rows if m.get("eval_accuracy") is not None})
-    acc = {name: [next(m["eval_accuracy"] for m in rows if m["round"] == r) for r in evals] for name, rows in per.items()}
-    before = [rows[0].get("eval_accuracy_before") for rows in per.values()]
-    avg_bytes = [m["avg_bytes"] for rows in per.values() for m in rows if m.get("avg_averaged")]
-    groups = [m["avg_group_size"] for rows in per.values() for m in rows if "avg_averaged" in m]
-    public_rounds = sorted({m["round"] for rows in per.values() for m in rows if m.get("public")})
+    evals = sorted({m.round for rows in per.values() for m in rows if m.eval.eval_accuracy is not None})
+    acc = {name: [next(m.eval.eval_accuracy for m in rows if m.round == r) for r in evals] for name, rows in per.items()}
+    before = [rows[0].eval.eval_accuracy_before for rows in per.values()]
+    avg_bytes = [m.mode["avg_bytes"] for rows in per.values() for m in rows if m.mode.get("avg_averaged")]
+    groups = [m.mode["avg_group_size"] for rows in per.values() for m in rows if "avg_averaged" in m.mode]
+    public_rounds = sorted({m.round for rows in per.values() for m in rows if m.mode.get("public")})
     public_bytes = []
     for r in public_rounds:
-        sizes = {name: next((m["wire_bytes"] for m in rows if m["round"] == r), 0) for name, rows in per.items()}
+        sizes = {name: next((m.exchange.wire_bytes for m in rows if m.round == r), 0) for name, rows in per.items()}
         for name in nodes:
             others = sum(v for k, v in sizes.items() if k != name)
             public_bytes.append(sizes[name] * (n - 1) + others)
@@ -75,8 +76,8 @@ def summarize(out: Path, nodes: list[str], n: int) -> dict:
         "averaging_bytes_per_boundary": statistics.fmean(avg_bytes) if avg_bytes else 0,
         "public_bytes_per_step": statistics.fmean(public_bytes) if public_bytes else 0,
         "public_steps": len(public_rounds),
-        "replaced": sum(m.get("pubswap_replaced", 0) for rows in per.values() for m in rows),
-        "reward_mean": statistics.fmean(m["reward_mean"] for rows in per.values() for m in rows),
+        "replaced": sum(m.mode.get("pubswap_replaced", 0) for rows in per.values() for m in rows),
+        "reward_mean": statistics.fmean(m.generation.reward_mean for rows in per.values() for m in rows),
     }
 
 

@@ -119,7 +119,7 @@ def stability(base, tok, source, args) -> dict:
                 steps.append({"step": s, "stepped": False})
                 continue
             res = train_step(learner, opt, rows, loss_fn, cfg, temperature=1.0, pad_id=tok.pad_token_id)
-            steps.append({"step": s, "stepped": True, "rows": res.rows, **res.metrics})
+            steps.append({"step": s, "stepped": True, "rows": res.rows, **res.metrics.values()})
         out[name] = {"steps": steps, "eval_accuracy": evals}
     return out
 

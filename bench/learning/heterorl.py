@@ -133,7 +133,7 @@ def run_one(config: str, loss: str, bound: int, seed: int, args, common: dict, b
                     sampler.model.load_state_dict(snapshots[version])
                     sampler.policy_version = version
                     sample_round(sampler, step, time.perf_counter(), {})
-                m = run_learner_round(learner, step)
+                m = run_learner_round(learner, step).line()  # its JSONL line: these fields by name, DIAG's too
                 steps.append({k: m.get(k) for k in (
                     "policy_version", "reward_mean", "rows_trained", "groups_external", "loss", "grad_norm",
                     "is_weight_var", "is_weight_max", "clip_frac", "kl_beh", "staleness_mean", "staleness_max",

@@ -197,7 +197,7 @@ def run_hivemind(job: dict) -> dict:
 
     import yaml
 
-    from node.books.metrics import read_metrics
+    from node.round.record import read_records
 
     i, j, g, special = job["arm_spec"]
     if special:
@@ -219,18 +219,18 @@ def run_hivemind(job: dict) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"swarm local failed ({proc.returncode}): {proc.stdout[-2000:]}")
         run = Path(tmp) / "run"
-        rows = [read_metrics(run / d / "metrics.jsonl") for d in sorted(os.listdir(run))
+        rows = [read_records(run / d / "metrics.jsonl") for d in sorted(os.listdir(run))
                 if (run / d / "metrics.jsonl").is_file()]
-    before = [r[0]["eval_accuracy_before"] for r in rows]
-    after = [[m for m in r if m.get("eval_accuracy") is not None][-1]["eval_accuracy"] for r in rows]
+    before = [r[0].eval.eval_accuracy_before for r in rows]
+    after = [[m for m in r if m.eval.eval_accuracy is not None][-1].eval.eval_accuracy for r in rows]
     gains = [a - b for a, b in zip(after, before)]
     out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
     out.update(transport="hivemind", twin="hivemind", gain=statistics.fmean(gains), node_gains=gains, gain_by_task={},
-               cum_reward=statistics.fmean(sum(m["reward_mean"] for m in r) for r in rows),
-               external_groups=statistics.fmean(sum(m["groups_external"] for m in r) for r in rows),
-               s_per_node_round=statistics.fmean(m["round_s"] for r in rows for m in r),
+               cum_reward=statistics.fmean(sum(m.generation.reward_mean for m in r) for r in rows),
+               external_groups=statistics.fmean(sum(m.step.groups_external for m in r) for r in rows),
+               s_per_node_round=statistics.fmean(m.round_s for r in rows for m in r),
                seconds=round(time.perf_counter() - started, 1), before=before, after=after, before_by_task=[{}],
-               curves=[[m["reward_mean"] for m in r] for r in rows])
+               curves=[[m.generation.reward_mean for m in r] for r in rows])
     return out
 
 

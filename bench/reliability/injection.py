@@ -115,6 +115,7 @@ from bench.harness.output import (
 from bench.harness.pool import run_jobs
 from bench.harness.rounds import play, quiet
 from bench.harness.stats import fields, paired_fields
+from node.round.record import RoundRecord
 
 RESULTS = results_dir("reliability")
 
@@ -223,15 +224,15 @@ def run_one(job: dict) -> dict:
                 if injector is not None:
                     sent.append(injector.publish(r))
 
-            def read(r: int, m: dict) -> None:
-                if m.get("floored_share_external") is not None and m["groups_external"]:
-                    floored.append(m["floored_share_external"])
+            def read(r: int, rec: RoundRecord) -> None:
+                if rec.metrics.floored_share_external is not None and rec.step.groups_external:
+                    floored.append(rec.metrics.floored_share_external)
                 if (r + 1) % job["every"] == 0 or r + 1 == rounds:
                     curve.append((r + 1, statistics.fmean(prefix_logprob(node, job["prefix"], job["prompts"])[0])))
 
             played = play(node, range(rounds), before=inject, after=read)
-            external = sum(p.metrics["groups_external"] for p in played)
-            trained = sum(p.metrics["tokens_trained"] or 0 for p in played)
+            external = sum(p.record.step.groups_external for p in played)
+            trained = sum(p.record.step.tokens_trained or 0 for p in played)
             sent = sum(sent)
             last, last_token = prefix_logprob(node, job["prefix"], job["prompts"])
             after = node.evaluate_items()

@@ -184,7 +184,7 @@ def run_scenario(name: str, args, device, tokenizer, body_config, prompts) -> di
             peak_flops = _peak_flops(device, args.peak_tflops)
             row.update(step_s=step_s, train_tok_s=tokens / step_s, sync_s=sync_s,
                        round_s=res.seconds + step_s + sync_s, micro_batch_rows=plan.micro_batch_rows,
-                       checkpointing=plan.checkpointing, is_weight_max=step.metrics.get("is_weight_max"),
+                       checkpointing=plan.checkpointing, is_weight_max=step.metrics.is_weight_max,
                        mfu=step_flops(model, name == "lora", rows) / step_s / peak_flops if peak_flops else None)
         if hasattr(gen, "close"):
             gen.close()

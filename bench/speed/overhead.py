@@ -75,10 +75,10 @@ class Clocked:
 
 def framework_round(node: Node, r: int) -> dict:
     (played,) = play(node, [r])
-    m, g = played.metrics, node.cfg.generation
-    return {"wall_s": played.wall_s, "gen_s": m["gen_s"], "step_s": m["step_s"],
-            "reward_mean": m["reward_mean"],
-            "tokens": round(m["completion_len_mean"] * g.prompts_per_round * g.group_size)}
+    rec, g = played.record, node.cfg.generation
+    return {"wall_s": played.wall_s, "gen_s": rec.generation.gen_s, "step_s": rec.step.step_s,
+            "reward_mean": rec.generation.reward_mean,
+            "tokens": round(rec.generation.completion_len_mean * g.prompts_per_round * g.group_size)}
 
 
 def raw_round(node: Node, r: int) -> dict:

@@ -33,6 +33,7 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from node.books.tracking import build_trackers, scalars_of
+from node.round.record import RoundRecord
 
 MAX_PEER_STATS = 32  # peers named in one metrics line's peer_stats (the others summed under OTHER_PEERS)
 OTHER_PEERS = "(others)"
@@ -158,62 +159,65 @@ class Prom:
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return server.server_port
 
-    def observe(self, m: dict[str, Any]) -> None:
-        n = self.node
+    def observe(self, rec: RoundRecord, peer_stats: dict[str, dict] | None = None) -> None:
+        """One round's record; `peer_stats`: its per-peer table as the line keeps it (bounded_peer_stats)."""
+        n, gen, ex, ev = self.node, rec.generation, rec.exchange, rec.eval
         self.rounds.labels(n).inc()
-        if m.get("reward_mean") is not None:  # None: a learner that received nothing this round
-            self.reward.labels(n).set(m["reward_mean"])
-            self.accuracy.labels(n).set(m["accuracy"])
-        if m.get("eval_accuracy_before") is not None:  # the baseline: the held-out panel has a point from round 0
-            self.eval_before.labels(n).set(m["eval_accuracy_before"])
-            self.eval_accuracy.labels(n).set(m["eval_accuracy_before"])
-            if m.get("eval_se_before") is not None:
-                self.eval_se.labels(n).set(m["eval_se_before"])
-        if m.get("eval_accuracy") is not None:
-            self.eval_accuracy.labels(n).set(m["eval_accuracy"])
-        self.published.labels(n).inc(m.get("groups_published", 0))
-        self.received.labels(n).inc(m.get("groups_received", 0))
-        for reason, count in m.get("drops", {}).items():
+        if gen.reward_mean is not None:  # None: a learner that received nothing this round
+            self.reward.labels(n).set(gen.reward_mean)
+            self.accuracy.labels(n).set(gen.accuracy)
+        if ev.eval_accuracy_before is not None:  # the baseline: the held-out panel has a point from round 0
+            self.eval_before.labels(n).set(ev.eval_accuracy_before)
+            self.eval_accuracy.labels(n).set(ev.eval_accuracy_before)
+            if ev.eval_se_before is not None:
+                self.eval_se.labels(n).set(ev.eval_se_before)
+        if ev.eval_accuracy is not None:
+            self.eval_accuracy.labels(n).set(ev.eval_accuracy)
+        self.published.labels(n).inc(ex.groups_published)
+        self.received.labels(n).inc(ex.groups_received)
+        for reason, count in ex.drops.items():
             self.dropped.labels(n, reason).inc(count)
-        for what, count in (m.get("refused") or {}).items():
+        for what, count in (ex.refused or {}).items():
             self.refused.labels(n, what).inc(count)
-        gossip = m.get("gossip") or {}
+        gossip = ex.gossip or {}
         for what in ("received", "offered", "published", "publish_failures"):
             if gossip.get(what):
                 self.gossip.labels(n, what).inc(gossip[what])
-        if m.get("announce_transport"):
-            self.pubsub.labels(n).set(m["announce_transport"] == "gossip")
+        if ex.announce_transport:
+            self.pubsub.labels(n).set(ex.announce_transport == "gossip")
         if "poll_only_peers" in gossip:
             self.poll_only.labels(n).set(gossip["poll_only_peers"])
-        self.wire_bytes.labels(n).inc(m.get("wire_bytes", 0))
-        if m.get("gather_s") is not None:
-            self.gather_latency.labels(n).observe(m["gather_s"])
-        self.peers_seen.labels(n).set(m.get("peers_seen", 0))
-        for state in ("good", "new", "backoff"):
-            self.peers.labels(n, state).set(m.get(f"peers_{state}", 0))
-        self.downloaded.labels(n).inc(m.get("bytes_downloaded", 0))
-        self.skipped.labels(n).inc(m.get("fanin_skipped", 0))
-        self.step_s.labels(n).set(m["step_s"])
-        self.tokens_per_s.labels(n).set(m["tokens_per_s"])
-        self.is_mean.labels(n).set(m.get("is_weight_mean", 1.0))
-        self.is_max.labels(n).set(m.get("is_weight_max", 1.0))
-        self._observe_plot(m)
+        self.wire_bytes.labels(n).inc(ex.wire_bytes)
+        if ex.gather_s is not None:
+            self.gather_latency.labels(n).observe(ex.gather_s)
+        self.peers_seen.labels(n).set(rec.peers.peers_seen)
+        for state, count in (("good", rec.peers.peers_good), ("new", rec.peers.peers_new),
+                             ("backoff", rec.peers.peers_backoff)):
+            self.peers.labels(n, state).set(count)
+        self.downloaded.labels(n).inc(ex.bytes_downloaded)
+        self.skipped.labels(n).inc(ex.fanin_skipped)
+        self.step_s.labels(n).set(rec.step.step_s)
+        self.tokens_per_s.labels(n).set(gen.tokens_per_s)
+        m = rec.metrics
+        self.is_mean.labels(n).set(1.0 if m.is_weight_mean is None else m.is_weight_mean)
+        self.is_max.labels(n).set(1.0 if m.is_weight_max is None else m.is_weight_max)
+        self._observe_plot(rec, rec.peers.peer_stats if peer_stats is None else peer_stats)
 
-    def _observe_plot(self, m: dict[str, Any]) -> None:
-        n = self.node
-        if m.get("eval_se") is not None:
-            self.eval_se.labels(n).set(m["eval_se"])
-        if m.get("rows_trained"):
-            self.loss.labels(n).set(m.get("loss", 0.0))
-            for source, key in (("own", "kl_beh_local"), ("peers", "kl_beh_external")):
-                if m.get(key) is not None and (source == "own" or m.get("groups_external")):
-                    self.kl.labels(n, source).set(m[key])
-        self.trained.labels(n, "own").set(m.get("groups_local", 0))
-        self.trained.labels(n, "peers").set(m.get("groups_external", 0))
-        if m.get("groups_external") and m.get("is_weight_external") is not None:
-            self.is_ext.labels(n).set(m["is_weight_external"])
-        now = m.get("time", 0.0)
-        for peer, st in (m.get("peer_stats") or {}).items():
+    def _observe_plot(self, rec: RoundRecord, peer_stats: dict[str, dict]) -> None:
+        n, step, m = self.node, rec.step, rec.metrics
+        if rec.eval.eval_se is not None:
+            self.eval_se.labels(n).set(rec.eval.eval_se)
+        if rec.trained:
+            self.loss.labels(n).set(m.loss or 0.0)
+            for source, value in (("own", m.kl_beh_local), ("peers", m.kl_beh_external)):
+                if value is not None and (source == "own" or step.groups_external):
+                    self.kl.labels(n, source).set(value)
+        self.trained.labels(n, "own").set(step.groups_local)
+        self.trained.labels(n, "peers").set(step.groups_external)
+        if step.groups_external and m.is_weight_external is not None:
+            self.is_ext.labels(n).set(m.is_weight_external)
+        now = rec.time
+        for peer, st in (peer_stats or {}).items():
             if peer == OTHER_PEERS:
                 continue  # the sum of the peers a metrics line leaves out (bounded_peer_stats): no series of its own
             series = self._peer_entry(peer, now)
@@ -293,23 +297,23 @@ class MetricsLog:
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.path)
 
-    def write(self, m: dict[str, Any]) -> None:
-        if self._start:
-            m = {**m, **self._start}
-            self._start = {}
-        m = {**m, "peer_stats": bounded_peer_stats(m.get("peer_stats"))} if m.get("peer_stats") else m
+    def write(self, rec: RoundRecord) -> None:
+        m = {**rec.line(), **self._start}
+        self._start = {}
+        stats = bounded_peer_stats(rec.peers.peer_stats) if rec.peers.peer_stats else rec.peers.peer_stats
+        m["peer_stats"] = stats
         line = bounded_line(m)
         with open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.prom.observe(m)
+        self.prom.observe(rec, stats)
         if self.trackers:
             scalars = scalars_of(m)
             for t in self.trackers:
-                t.log(m["round"], scalars, m.get("time"))
+                t.log(rec.round, scalars, rec.time)
         if self.cfg.console:
-            print(progress_line(m), file=self.stream, flush=True)
+            print(progress_line(rec), file=self.stream, flush=True)
 
     def close(self) -> None:
         for t in self.trackers:
@@ -351,45 +355,42 @@ def bounded_line(m: dict[str, Any]) -> str:
         {k: short[k] for k in ("node", "round", "time", "truncated") if k in short}, sort_keys=True)
 
 
-def progress_line(m: dict[str, Any]) -> str:
-    ev = m.get("eval_accuracy")
+def progress_line(rec: RoundRecord) -> str:
+    gen, step, m, peers, mode = rec.generation, rec.step, rec.metrics, rec.peers, rec.mode
+    ev = rec.eval.eval_accuracy
     parts = [
-        f"[{m['node']}] round {m['round']:>4}",
-        f"reward {m['reward_mean']:.3f}" if m.get("reward_mean") is not None else "reward   -  ",
-        f"acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else "acc   -  ",
+        f"[{rec.node}] round {rec.round:>4}",
+        f"reward {gen.reward_mean:.3f}" if gen.reward_mean is not None else "reward   -  ",
+        f"acc {gen.accuracy:.3f}" if gen.accuracy is not None else "acc   -  ",
         f"eval {ev:.3f}" if ev is not None else "eval   -  ",
-        f"groups {m['groups_local']}+{m['groups_external']}",
-        f"loss {m['loss']:+.4f}" if m.get("rows_trained") else "no step    ",
-        f"{m['tokens_per_s']:.0f} tok/s",
-        f"round {m['round_s']:.1f}s",
+        f"groups {step.groups_local}+{step.groups_external}",
+        f"loss {m.loss:+.4f}" if rec.trained else "no step    ",
+        f"{gen.tokens_per_s:.0f} tok/s",
+        f"round {rec.round_s:.1f}s",
     ]
-    if m.get("decode") not in (None, "eager: no CUDA"):  # on a GPU: graphs, or eager and why (a CPU is always eager)
-        parts.append(f"decode {m['decode']}")
-    if m.get("weights_loaded"):
-        parts.append(f"weights v{m['weights_version']} loaded")
-    if m.get("staleness_max") is not None:
-        parts.append(f"staleness p50 {m['staleness_p50']} max {m['staleness_max']}")
-    if m.get("public"):
-        parts.append("public step")
-    if "avg_averaged" in m:  # federated averaging boundary
-        parts.append(f"averaged with {m['avg_group_size'] - 1} peers, drift {m['avg_drift']:.3f}"
-                     if m["avg_averaged"] else "averaging failed")
-    if m.get("peers_backoff") or m.get("peers_new"):  # standing, when not every peer seen is in good standing
-        parts.append(f"peers {m.get('peers_good', 0)} good / {m.get('peers_new', 0)} new / "
-                     f"{m.get('peers_backoff', 0)} backed off")
-    if m.get("peer_groups_note"):
-        parts.append(f"no peer groups: {m['peer_groups_note']}")
-    drops = sum(m.get("drops", {}).values())
+    if gen.decode not in (None, "eager: no CUDA"):  # on a GPU: graphs, or eager and why (a CPU is always eager)
+        parts.append(f"decode {gen.decode}")
+    parts += mode_notes(mode)
+    if peers.peers_backoff or peers.peers_new:  # standing, when not every peer seen is in good standing
+        parts.append(f"peers {peers.peers_good} good / {peers.peers_new} new / {peers.peers_backoff} backed off")
+    if rec.exchange.peer_groups_note:
+        parts.append(f"no peer groups: {rec.exchange.peer_groups_note}")
+    drops = sum(rec.exchange.drops.values())
     if drops:
         parts.append(f"dropped {drops}")
     return " | ".join(parts)
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The last line per round, in round order (rounds re-run after a resume supersede)."""
-    by_round: dict[int, dict[str, Any]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            m = json.loads(line)
-            by_round[m["round"]] = m
-    return [by_round[r] for r in sorted(by_round)]
+def mode_notes(mode: dict[str, Any]) -> list[str]:
+    """What the console line says about a mode's fields (heterorl: weights, staleness; federated: public, averaging)."""
+    out = []
+    if mode.get("weights_loaded"):
+        out.append(f"weights v{mode['weights_version']} loaded")
+    if mode.get("staleness_max") is not None:
+        out.append(f"staleness p50 {mode['staleness_p50']} max {mode['staleness_max']}")
+    if mode.get("public"):
+        out.append("public step")
+    if "avg_averaged" in mode:  # federated averaging boundary
+        out.append(f"averaged with {mode['avg_group_size'] - 1} peers, drift {mode['avg_drift']:.3f}"
+                   if mode["avg_averaged"] else "averaging failed")
+    return out

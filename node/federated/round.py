@@ -24,10 +24,11 @@ from node.round.steps import publish, receive, sample, train
 from node.round.train import build_optimizer
 
 if TYPE_CHECKING:
+    from node.round.record import RoundRecord
     from node.round.parts import RoundHost, RoundParts
 
 
-def run_federated_round(node: RoundHost, round_: int) -> dict[str, Any]:
+def run_federated_round(node: RoundHost, round_: int) -> RoundRecord:
     started = time.perf_counter()
     parts = node.parts
     body = public_step if parts.federated.public_round(round_) else private_round

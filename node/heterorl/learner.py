@@ -31,13 +31,14 @@ from node.round.steps import Gathered, Sample, sample, train
 from protocols.records import RolloutRecord
 
 if TYPE_CHECKING:
+    from node.round.record import RoundRecord
     from node.heterorl.state import LearnerState
     from node.round.parts import RoundHost, RoundParts
 
 _SLICE_S = 0.5  # longest single wait inside a gather: a held record's release is never missed by more
 
 
-def run_learner_round(node: RoundHost, round_: int) -> dict[str, Any]:
+def run_learner_round(node: RoundHost, round_: int) -> RoundRecord:
     started = time.perf_counter()
     parts = node.parts
     st: LearnerState = role_state(parts)

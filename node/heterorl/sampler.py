@@ -24,10 +24,11 @@ from node.round.steps import Gathered, publish, sample
 from node.round.train import StepResult
 
 if TYPE_CHECKING:
+    from node.round.record import RoundRecord
     from node.round.parts import RoundHost
 
 
-def run_sampler_round(node: RoundHost, round_: int) -> dict[str, Any]:
+def run_sampler_round(node: RoundHost, round_: int) -> RoundRecord:
     started = time.perf_counter()
     parts = node.parts
     state = role_state(parts)

@@ -14,6 +14,7 @@ dedup     groups seen before, by content: a group that arrives twice is trained 
 delay     simulated network delay for HeteroRL experiments on one machine
 sizing    `auto` micro-batch rows and gradient checkpointing, sized once at start by measurement
 reference the reference policy of a KL penalty: the weights training started from
-  report    the metrics line, held-out eval and checkpoint at the end of a round
+  report    the round's record, held-out eval and checkpoint at the end of a round
+  record    RoundRecord: the round's fields by section, how each step metric combines; the JSONL reader
   config    TrainConfig, SelectConfig, IngestConfig (torch-free)
 """

@@ -24,16 +24,17 @@ the data flow and names the function behind each step.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from node.round.report import RoundOutcome, finish_round
 from node.round.steps import gather, publish, sample, train
 
 if TYPE_CHECKING:
     from node.round.parts import RoundHost
+    from node.round.record import RoundRecord
 
 
-def run_round(node: RoundHost, round_: int) -> dict[str, Any]:
+def run_round(node: RoundHost, round_: int) -> RoundRecord:
     started = time.perf_counter()
     parts = node.parts
     sampled = sample(parts, round_)  # 1, 2, 3

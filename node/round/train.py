@@ -33,6 +33,7 @@ from node.round.align import chunk_alignment, receiver_ids_and_ends
 from node.round.config import TrainConfig
 from node.round.groups import Group
 from node.round.logprobs import TokenRow, score_rows
+from node.round.record import Over, StepMetrics, over_of, step_metrics
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Row:
 
 @dataclass
 class StepResult:
-    metrics: dict[str, float]  # per-step means (maxima for *_max) over the round's steps
+    metrics: StepMetrics  # per-step means (maxima where declared) over the round's steps (node.round.record)
     rows: int  # rows trained on
     rows_filtered: int  # rows dropped before scoring (DASH, truncated)
     tokens: int
@@ -69,7 +70,7 @@ class StepResult:
     @classmethod
     def empty(cls) -> StepResult:
         """No step taken and nothing trained (a round that does not train)."""
-        return cls({}, 0, 0, 0, 0.0, 0)
+        return cls(StepMetrics(), 0, 0, 0, 0.0, 0)
 
 
 def build_rows(groups: list[Group], tokenizer, prompt_of, *, chunks: bool = True,
@@ -271,7 +272,7 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
     if cfg.mask_truncated:
         rows = [r for r in rows if not r.truncated]
     if not rows:
-        return StepResult({}, 0, total, 0, time.perf_counter() - start, 0)
+        return StepResult(StepMetrics(), 0, total, 0, time.perf_counter() - start, 0)
     model.train()
     steps = cfg.epochs * min(cfg.mini_batches, len({r.group_id for r in rows}))
     old = frozen_scores(model, rows, cfg.micro_batch_rows, temperature, pad_id) if steps > 1 else None
@@ -292,21 +293,22 @@ def train_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, *, 
 
 
 class _StepLog:
-    """Per-step metrics, averaged over the round's steps (maxima for *_max)."""
+    """Per-step metrics, averaged over the round's steps (maxima for those declared Over.MAX)."""
 
     def __init__(self):
         self.steps, self.sums, self.maxes = 0, {}, {}
 
-    def add(self, metrics: dict[str, float]) -> None:
+    def add(self, metrics: dict[str, float], combine: dict[str, str]) -> None:
         self.steps += 1
         for k, v in metrics.items():
-            if k.endswith("_max"):
+            if over_of(k, combine) is Over.MAX:
                 self.maxes[k] = max(self.maxes.get(k, float("-inf")), v)
             else:
                 self.sums[k] = self.sums.get(k, 0.0) + v
 
-    def metrics(self) -> dict[str, float]:
-        return {**{k: v / self.steps for k, v in self.sums.items()}, **self.maxes, "steps": float(self.steps)}
+    def metrics(self) -> StepMetrics:
+        return step_metrics({**{k: v / self.steps for k, v in self.sums.items()}, **self.maxes,
+                             "steps": float(self.steps)})
 
 
 def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temperature: float, pad_id: int,
@@ -314,24 +316,26 @@ def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temp
     optimizer.zero_grad(set_to_none=True)
     step: dict[str, float] = {"loss": 0.0}
     maxes: dict[str, float] = {}
+    combine: dict[str, str] = {}
     totals = batch_totals(rows)
     n_ext = sum(r.external for r in rows)
     for mb in micro_batches(rows, cfg.micro_batch_rows):
         out = loss_fn(loss_inputs(model, mb, temperature, pad_id, totals, old, ref,  # already this batch's share
                                   chunk_spread=cfg.cross_tokenizer == "chunks-geometric"))
         out.loss.backward()
+        combine.update(out.combine)
         # metrics are per-batch means: weight them by rows, and those over peers' (own) rows by peers' (own) rows
         mb_ext = sum(r.external for r in mb)
-        shares = {"": len(mb) / len(rows), "_external": mb_ext / n_ext if n_ext else 0.0,
-                  "_local": (len(mb) - mb_ext) / (len(rows) - n_ext) if len(rows) > n_ext else 0.0}
-        for k, v in out.metrics.items():
-            if k.endswith("_max"):
+        shares = {Over.ROWS: len(mb) / len(rows), Over.PEER_ROWS: mb_ext / n_ext if n_ext else 0.0,
+                  Over.OWN_ROWS: (len(mb) - mb_ext) / (len(rows) - n_ext) if len(rows) > n_ext else 0.0}
+        for k, v in out.metrics.items():  # how each combines is declared on its field (node.round.record)
+            over = over_of(k, out.combine)
+            if over is Over.MAX:
                 maxes[k] = max(maxes.get(k, float("-inf")), v)
-            elif k.endswith("_extreme"):  # a count (losses.base.loss_metrics): the micro-batches' add up
+            elif over is Over.SUM:
                 step[k] = step.get(k, 0.0) + v
-            elif k != "tokens":
-                tail = "_external" if "_external" in k else "_local" if k.endswith("_local") else ""
-                step[k] = step.get(k, 0.0) + v * shares[tail]
+            elif over is not Over.STEP:
+                step[k] = step.get(k, 0.0) + v * shares[over]
         step["loss"] += float(out.loss.detach())
     if regularizer is not None:
         reg = regularizer()
@@ -342,7 +346,7 @@ def _one_step(model, optimizer, rows: list[Row], loss_fn, cfg: TrainConfig, temp
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     step["tokens"] = float(totals.tokens)
-    log.add({**step, **maxes})
+    log.add({**step, **maxes}, combine)
 
 
 def build_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -30,7 +30,8 @@ from typing import Any
 from ops.cli.args import parse_sets
 from node.config import ConfigError, NodeConfig, load_config
 from node.heterorl.local import role_sets
-from node.books.metrics import progress_line, read_metrics
+from node.books.metrics import progress_line
+from node.round.record import RoundRecord, read_records
 from swarm.host.local import Child, start_bootstrap, start_node, stop_all, tail_lines
 
 
@@ -164,7 +165,7 @@ class _Tail:
     def __init__(self, path: Path):
         self.path, self.offset, self.partial = path, 0, ""
 
-    def new(self) -> list[dict[str, Any]]:
+    def new(self) -> list[RoundRecord]:
         try:
             with open(self.path) as f:
                 f.seek(self.offset)
@@ -174,7 +175,7 @@ class _Tail:
             return []
         lines = (self.partial + data).split("\n")
         self.partial = lines.pop()
-        return [json.loads(s) for s in lines if s.strip()]
+        return [RoundRecord.from_line(json.loads(s)) for s in lines if s.strip()]
 
 
 def _prefetch(plan) -> None:
@@ -339,24 +340,26 @@ def summarize(out: Path, names: list[str], status: dict[str, str] | None = None,
     dirs, held = [], {}
     for name in names:
         path = out / name / "metrics.jsonl"
-        rows = read_metrics(path) if path.is_file() else []
+        rows = read_records(path) if path.is_file() else []
         if not rows:
             table.add_row(name, status.get(name, "-"), "0", "-", "-", "-", "-", "-", "-", "-")
             continue
         dirs.append(out / name)
         k = max(1, len(rows) // 5)  # first / last fifth of the run
-        evals = [m for m in rows if m.get("eval_accuracy") is not None]
-        before, se_b = rows[0].get("eval_accuracy_before"), rows[0].get("eval_se_before")
+        evals = [m.eval for m in rows if m.eval.eval_accuracy is not None]
+        before, se_b = rows[0].eval.eval_accuracy_before, rows[0].eval.eval_se_before
         if before is None and evals:
-            before, se_b = evals[0]["eval_accuracy"], evals[0].get("eval_se")
-        after, se_a = (evals[-1]["eval_accuracy"], evals[-1].get("eval_se")) if evals else (None, None)
+            before, se_b = evals[0].eval_accuracy, evals[0].eval_se
+        after, se_a = (evals[-1].eval_accuracy, evals[-1].eval_se) if evals else (None, None)
         held[name] = (before, se_b, after, se_a)
-        peers = sorted({p for m in rows for p in m.get("external_peers", [])})
-        weights = [m["is_weight_external"] for m in rows if m.get("groups_external") and "is_weight_external" in m]
+        peers = sorted({p for m in rows for p in m.step.external_peers})
+        weights = [m.metrics.is_weight_external for m in rows
+                   if m.step.groups_external and m.metrics.is_weight_external is not None]
+        rewards = [m.generation.reward_mean for m in rows]
         table.add_row(
-            name, status.get(name, "-"), str(len(rows)), str(sum(m["groups_local"] for m in rows)),
-            str(sum(m["groups_external"] for m in rows)), _fmt(_mean(weights)), str(len(peers)),
-            f"{_fmt(_mean([m['reward_mean'] for m in rows[:k]]))} → {_fmt(_mean([m['reward_mean'] for m in rows[-k:]]))}",
+            name, status.get(name, "-"), str(len(rows)), str(sum(m.step.groups_local for m in rows)),
+            str(sum(m.step.groups_external for m in rows)), _fmt(_mean(weights)), str(len(peers)),
+            f"{_fmt(_mean(rewards[:k]))} → {_fmt(_mean(rewards[-k:]))}",
             f"{_fmt(before)}{_se(se_b)} → {_fmt(after)}{_se(se_a)}", _gain(before, se_b, after, se_a),
         )
     Console(width=max(170, Console().width)).print(table)

@@ -22,40 +22,44 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from node.books.metrics import read_metrics  # noqa: E402
+from node.round.record import RoundRecord, read_records  # noqa: E402
 from ops.dashboard.runs import EMA, ema, run_files  # noqa: E402
 
 
-def _runs(dirs: list[Path]) -> dict[str, list[dict]]:
-    """label → metrics rows (ops.dashboard.runs: one node's metrics.jsonl per dir, or one per node subdir)."""
+Rows = list[RoundRecord]
+
+
+def _runs(dirs: list[Path]) -> dict[str, Rows]:
+    """label → round records (ops.dashboard.runs: one node's metrics.jsonl per dir, or one per node subdir)."""
     runs = {}
     files = run_files(dirs)
     for label, f in files:
-        rows = read_metrics(f)
+        rows = read_records(f)
         if rows:
-            runs[rows[0].get("node", label) if len(files) == 1 and len(dirs) == 1 else label] = rows
+            runs[(rows[0].node or label) if len(files) == 1 and len(dirs) == 1 else label] = rows
     if not runs:
         raise FileNotFoundError(f"no metrics rows in {', '.join(map(str, dirs))}")
     return runs
 
 
-def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    pts = [(m["round"], float(m[key])) for m in rows if m.get(key) is not None]
+def _series(rows: Rows, value) -> tuple[list[int], list[float]]:
+    """(rounds, values) of `value(record)` where it is not None."""
+    pts = [(m.round, float(v)) for m in rows if (v := value(m)) is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _smoothed(ax, rows, key, color, label) -> None:
-    x, y = _series(rows, key)
+def _smoothed(ax, rows, value, color, label) -> None:
+    x, y = _series(rows, value)
     if x:
         ax.plot(x, y, color=color, alpha=0.3, linewidth=1)
         ax.plot(x, ema(y), color=color, linewidth=2, label=label)
 
 
 def _held_out(ax, rows, color, label) -> None:
-    pts = []
-    if rows[0].get("eval_accuracy_before") is not None:
-        pts.append((-1, rows[0]["eval_accuracy_before"], rows[0].get("eval_size")))
-    pts += [(m["round"], m["eval_accuracy"], m.get("eval_size")) for m in rows if m.get("eval_accuracy") is not None]
+    pts, first = [], rows[0].eval
+    if first.eval_accuracy_before is not None:
+        pts.append((-1, first.eval_accuracy_before, first.eval_size))
+    pts += [(m.round, m.eval.eval_accuracy, m.eval.eval_size) for m in rows if m.eval.eval_accuracy is not None]
     if not pts:
         return
     x, p, n = zip(*pts)
@@ -71,25 +75,27 @@ def plot_runs(dirs: list[Path], out: Path) -> Path:
     return out
 
 
-def figure(runs: dict[str, list[dict]]):
+def figure(runs: dict[str, Rows]):
     """The six panels (module docstring) for label → metrics rows."""
     colors = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     (ax_rew, ax_acc, ax_eval), (ax_loss, ax_kl, ax_groups) = axes
     for k, (name, rows) in enumerate(runs.items()):
         c = colors[k % len(colors)]
-        _smoothed(ax_rew, rows, "reward_mean", c, name)
-        _smoothed(ax_acc, rows, "accuracy", c, name)
+        _smoothed(ax_rew, rows, lambda m: m.generation.reward_mean, c, name)
+        _smoothed(ax_acc, rows, lambda m: m.generation.accuracy, c, name)
         _held_out(ax_eval, rows, c, name)
-        _smoothed(ax_loss, rows, "loss", c, name)
-        trained = [m for m in rows if m.get("rows_trained")]
-        peers = [m for m in trained if m.get("groups_external")]  # rounds that trained on peers' tokens
-        for subset, key, style, who in ((trained, "kl_beh_local", "-", "own"), (peers, "kl_beh_external", "--", "peers")):
-            x, y = _series(subset, key)
+        _smoothed(ax_loss, rows, lambda m: m.metrics.loss, c, name)
+        trained = [m for m in rows if m.trained]
+        peers = [m for m in trained if m.step.groups_external]  # rounds that trained on peers' tokens
+        for subset, value, style, who in ((trained, lambda m: m.metrics.kl_beh_local, "-", "own"),
+                                          (peers, lambda m: m.metrics.kl_beh_external, "--", "peers")):
+            x, y = _series(subset, value)
             if x:
                 ax_kl.plot(x, y, style, color=c, marker=".", label=f"{name} ({who})")
-        for key, style, who in (("groups_local", "-", "own"), ("groups_external", "--", "peers")):
-            x, y = _series(rows, key)
+        for value, style, who in ((lambda m: m.step.groups_local, "-", "own"),
+                                  (lambda m: m.step.groups_external, "--", "peers")):
+            x, y = _series(rows, value)
             if who == "own" or any(y):
                 ax_groups.plot(x, y, style, color=c, marker=".", label=f"{name} ({who})")
     titles = [

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node.books.metrics import read_metrics
+from node.round.record import RoundRecord, read_records
 from ops.dashboard.runs import EMA, ema, run_files
 
 HIDDEN = "(hidden)"
@@ -55,19 +55,19 @@ def _clean(xs: list[float]) -> list[float | None]:
     return [None if x != x else x for x in xs]  # NaN → null (JSON)
 
 
-def series(rows: list[dict]) -> dict[str, list]:
+def series(rows: list[RoundRecord]) -> dict[str, list]:
     """The per-round columns of the six panels, aligned on the rows' rounds (null where a round has none)."""
-    trained = [bool(m.get("rows_trained")) for m in rows]
+    trained = [m.trained for m in rows]
     col = {
-        "round": [m["round"] for m in rows],
-        "reward": [_num(m.get("reward_mean")) for m in rows],
-        "accuracy": [_num(m.get("accuracy")) for m in rows],
-        "loss": [_num(m.get("loss")) if t else None for m, t in zip(rows, trained)],
-        "kl_own": [_num(m.get("kl_beh_local")) if t else None for m, t in zip(rows, trained)],
-        "kl_peers": [_num(m.get("kl_beh_external")) if t and m.get("groups_external") else None
+        "round": [m.round for m in rows],
+        "reward": [_num(m.generation.reward_mean) for m in rows],
+        "accuracy": [_num(m.generation.accuracy) for m in rows],
+        "loss": [_num(m.metrics.loss) if t else None for m, t in zip(rows, trained)],
+        "kl_own": [_num(m.metrics.kl_beh_local) if t else None for m, t in zip(rows, trained)],
+        "kl_peers": [_num(m.metrics.kl_beh_external) if t and m.step.groups_external else None
                      for m, t in zip(rows, trained)],
-        "groups_own": [m.get("groups_local", 0) for m in rows],
-        "groups_peers": [m.get("groups_external", 0) for m in rows],
+        "groups_own": [m.step.groups_local for m in rows],
+        "groups_peers": [m.step.groups_external for m in rows],
     }
     if not any(col["groups_peers"]):  # a node that never trained on a peer's group (a solo run): no peers' line
         col["groups_peers"] = [None] * len(rows)
@@ -76,13 +76,13 @@ def series(rows: list[dict]) -> dict[str, list]:
     return col
 
 
-def held_out(rows: list[dict]) -> dict[str, list]:
+def held_out(rows: list[RoundRecord]) -> dict[str, list]:
     """Held-out accuracy points with one standard error (the run's own, else binomial on eval_size)."""
     pts = []
-    if rows and rows[0].get("eval_accuracy_before") is not None:
-        pts.append((-1, rows[0]["eval_accuracy_before"], rows[0].get("eval_se_before"), rows[0].get("eval_size")))
-    pts += [(m["round"], m["eval_accuracy"], m.get("eval_se"), m.get("eval_size"))
-            for m in rows if m.get("eval_accuracy") is not None]
+    if rows and (first := rows[0].eval).eval_accuracy_before is not None:
+        pts.append((-1, first.eval_accuracy_before, first.eval_se_before, first.eval_size))
+    pts += [(m.round, m.eval.eval_accuracy, m.eval.eval_se, m.eval.eval_size)
+            for m in rows if m.eval.eval_accuracy is not None]
     out: dict[str, list] = {"round": [], "acc": [], "se": []}
     for r, p, se, n in pts:
         if _num(se) is None:
@@ -93,14 +93,15 @@ def held_out(rows: list[dict]) -> dict[str, list]:
     return out
 
 
-def distill_state(rows: list[dict]) -> dict | None:
+def distill_state(rows: list[RoundRecord]) -> dict | None:
     """A student's distillation as of its latest round that asked or gated: the teacher asked, its KL to it, the
     headroom gate (node/distill/gate.py: per teacher its state and re-verified score, ours, the margin); None for a
     node that is no student."""
     for m in reversed(rows):
-        if "distill_requests" in m:
-            return {"round": m.get("round"), "teacher": m.get("distill_teacher"), "kl": _num(m.get("distill_kl")),
-                    "share_scored": _num(m.get("distill_share_scored")), "gate": m.get("distill_gate")}
+        if m.distill is not None and m.distill.distill_requests is not None:
+            d = m.distill
+            return {"round": m.round, "teacher": d.distill_teacher, "kl": _num(m.metrics.distill_kl),
+                    "share_scored": _num(d.distill_share_scored), "gate": d.distill_gate}
     return None
 
 
@@ -130,7 +131,7 @@ def _log_facts(log: Path) -> dict[str, str]:
     return facts
 
 
-def peer_rows(label: str, rows: list[dict], names: dict[str, str]) -> list[dict]:
+def peer_rows(label: str, rows: list[RoundRecord], names: dict[str, str]) -> list[dict]:
     """One row per peer this node heard from (module docstring); `names` maps peer ids of the runs shown to labels."""
     peers: dict[str, dict] = {}
 
@@ -139,14 +140,14 @@ def peer_rows(label: str, rows: list[dict], names: dict[str, str]) -> list[dict]
                                        "last_seen": None, "received": 0, "used": 0, "drops": {}, "_w": []})
 
     for m in rows:
-        stats = m.get("peer_stats")
+        stats = m.peers.peer_stats
         if stats is None:  # older runs: only which peers a round trained on
-            stats = {p: {"used": None} for p in m.get("external_peers", [])}
+            stats = {p: {"used": None} for p in m.step.external_peers}
         for peer, st in stats.items():
             e = entry(peer)
             e["model"] = st.get("model") or e["model"]
             if st.get("received") or st.get("dropped") or st.get("used") is None:
-                e["last_seen"] = m.get("time", e["last_seen"])
+                e["last_seen"] = m.time or e["last_seen"]
             if st.get("used") is None:  # an older run: nothing known but that the peer's groups were trained on
                 e["received"] = None
             elif e["received"] is not None:
@@ -157,8 +158,8 @@ def peer_rows(label: str, rows: list[dict], names: dict[str, str]) -> list[dict]
                 e["used"] += st["used"]
             for reason, n in (st.get("dropped") or {}).items():
                 e["drops"][reason] = e["drops"].get(reason, 0) + n
-            if (st.get("used") or st.get("used") is None) and _num(m.get("is_weight_external")) is not None:
-                e["_w"].append(m["is_weight_external"])
+            if (st.get("used") or st.get("used") is None) and _num(m.metrics.is_weight_external) is not None:
+                e["_w"].append(m.metrics.is_weight_external)
     out = []
     for e in peers.values():
         w = e.pop("_w")
@@ -173,16 +174,16 @@ class Snapshots:
 
     def __init__(self, dirs: list[Path]):
         self.dirs = [Path(d) for d in dirs]
-        self._rows: dict[Path, tuple[tuple[int, int], list[dict]]] = {}
+        self._rows: dict[Path, tuple[tuple[int, int], list[RoundRecord]]] = {}
 
-    def _read(self, path: Path) -> list[dict]:
+    def _read(self, path: Path) -> list[RoundRecord]:
         st = path.stat()
         key = (st.st_size, st.st_mtime_ns)
         cached = self._rows.get(path)
         if cached is None or cached[0] != key:
             try:
-                rows = read_metrics(path)
-            except (ValueError, KeyError):  # a line being written: keep what was read before
+                rows = read_records(path)
+            except (ValueError, KeyError, TypeError):  # a line being written: keep what was read before
                 rows = cached[1] if cached else []
             self._rows[path] = (key, rows)
         return self._rows[path][1]
@@ -203,11 +204,11 @@ class Snapshots:
                 config = redact(json.loads(cfg_path.read_text())) if cfg_path.is_file() else None
             except ValueError:
                 config = None
-            nodes.append({"label": label, "node": rows[0].get("node", label) if rows else label,
+            nodes.append({"label": label, "node": (rows[0].node or label) if rows else label,
                           "dir": str(path.parent), "peer_id": facts.get("peer_id", ""),
                           "model": facts.get("model") or (config or {}).get("model", {}).get("spec", ""),
-                          "rounds": len(rows), "last_round": rows[-1]["round"] if rows else None,
-                          "last_time": rows[-1].get("time") if rows else None,
+                          "rounds": len(rows), "last_round": rows[-1].round if rows else None,
+                          "last_time": (rows[-1].time or None) if rows else None,
                           "series": series(rows), "held_out": held_out(rows), "config": config,
                           "distill": distill_state(rows), "_rows": rows})
         names = {n["peer_id"]: n["label"] for n in nodes if n["peer_id"]}

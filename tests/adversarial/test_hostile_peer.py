@@ -94,7 +94,7 @@ def _round_against(swarm, round_: int, records: list[RolloutRecord]) -> dict:
     inbox, deadline = node.transport.inbox, time.monotonic() + 120
     while _settled(inbox) < len(records) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return run_round(node, round_)
+    return run_round(node, round_).line()
 
 
 def _settled(inbox) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from node.books.metrics import read_metrics
+from node.round.record import read_lines
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def test_two_lab_nodes_share_one_gpu(tmp_path):
         log = (tmp_path / name / "node.log").read_text()
         assert "on cuda:0" in log and "decode loop on cuda:0" in log and "CUDA graphs" in log, log[:2000]
         assert " · decode graphs · " in log, log[:2000]  # the first line: graphs, or eager and why
-        rows = read_metrics(tmp_path / name / "metrics.jsonl")
+        rows = read_lines(tmp_path / name / "metrics.jsonl")
         assert all(m["decode"] == "graphs" for m in rows), [m["decode"] for m in rows]  # captured, not failed
         assert [m["round"] for m in rows] == [0, 1, 2, 3]
         assert all(m["rows_trained"] > 0 for m in rows)
@@ -46,5 +46,5 @@ def test_a_node_chooses_its_backend_and_memory_at_start(tmp_path):
                  "--set", "train.gradient_checkpointing=auto")
     assert "generation backend " in out and "(vllm " in out, out[-2000:]  # vllm chosen, or why not
     assert "train: micro_batch_rows " in out and "gradient checkpointing o" in out, out[-2000:]
-    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    rows = read_lines(tmp_path / "run" / "metrics.jsonl")
     assert [m["round"] for m in rows] == [0, 1] and all(m["rows_trained"] > 0 for m in rows)

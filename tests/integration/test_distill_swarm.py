@@ -45,7 +45,7 @@ def test_a_student_trains_on_its_teachers_scores_and_drops_a_hostile_teachers(sw
     hostile.serve(_hostile("nan"))
     try:
         run_round(teacher, 0)  # its announcement carries its addresses
-        m = run_round(student, 0)
+        m = run_round(student, 0).line()
         assert m["distill_teacher"] == teacher_t.peer_id
         assert m["distill_answers"] == m["distill_requests"] == 2, m
         assert m["distill_tokens_scored"] > 0 and m["distill_share_scored"] > 0.9
@@ -55,7 +55,7 @@ def test_a_student_trains_on_its_teachers_scores_and_drops_a_hostile_teachers(sw
         assert served["distill_served_tokens"] == m["distill_tokens_scored"]
         # the same student told to trust the hostile peer: every answer dropped, the round trains on the reward
         student.cfg.distill.teachers[:] = [hostile_t.peer_id]
-        m = run_round(student, 1)
+        m = run_round(student, 1).line()
         assert m["distill_teacher"] == hostile_t.peer_id
         assert m["distill_drops"] == {"bad_logprob": 2} and m["distill_answers"] == 0, m
         assert m.get("distill_scored_share", 0.0) == 0.0  # no token trained towards the hostile values

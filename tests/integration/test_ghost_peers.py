@@ -51,7 +51,7 @@ def test_a_ghost_and_a_dropped_peer_leave_round_times_as_they_were(tmp_path):
     try:
         cfg = parse_config(_victim_cfg(maddrs))
         node = Node(cfg, tmp_path / "victim", transport=HivemindTransport(cfg=cfg.swarm))
-        quiet = [run_round(node, r) for r in range(3)]  # nobody else around
+        quiet = [run_round(node, r).line() for r in range(3)]  # nobody else around
         assert all(m["peers_seen"] == 0 for m in quiet)
 
         # a throwaway identity announces one bundle in the DHT only and is gone: its announcement stays there.
@@ -78,7 +78,7 @@ def test_a_ghost_and_a_dropped_peer_leave_round_times_as_they_were(tmp_path):
             bad = honest_record(node, node.tasks, index=60 + r, peer=spam.peer_id, swarm=SWARM)
             spam.publish([dataclasses.replace(bad, prompt="not the question")])
             spam.flush()
-            rows.append(run_round(node, r))
+            rows.append(run_round(node, r).line())
     finally:
         if node is not None:
             node.close()

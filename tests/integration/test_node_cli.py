@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from node.books.metrics import read_metrics
+from node.round.record import read_lines
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_sigkill_then_restart_resumes_from_the_last_checkpoint(tmp_path):
     assert "(fresh start)" in fresh.stdout and "no checkpoint in" in fresh.stderr
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["start"] == "fresh"
     assert resumed[0]["policy_version"] == last + 2  # restored version last+1, then one step
-    assert [m["round"] for m in read_metrics(out / "metrics.jsonl")] == list(range(last + 3))
+    assert [m["round"] for m in read_lines(out / "metrics.jsonl")] == list(range(last + 3))
     assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
 
 

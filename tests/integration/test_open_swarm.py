@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.books.metrics import read_metrics
+from node.round.record import read_lines
 from swarm.host.local import Child, start_node, stop_all
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def _config(tmp: Path, name: str, *, prompts: int = 4, group: int = 4, tokens: i
 
 def _rows(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
-    return read_metrics(path) if path.is_file() else []
+    return read_lines(path) if path.is_file() else []
 
 
 def _wait_rounds(out: Path, n: int, timeout: float, child: Child) -> list[dict]:

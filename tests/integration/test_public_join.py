@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from node.books.metrics import read_metrics
+from node.round.record import read_lines
 from ops.cli.network import read_peers
 from swarm.host.local import Child, stop_all
 from tests.integration.netns import Hosts
@@ -84,7 +84,7 @@ def _readme_join(tmp: Path, launch: Launch, *, boot_host: str, boot_args: list[s
         while True:
             for c in children:
                 assert c.poll() is None, f"{c.name} exited {c.returncode}: {c.log.read_text()[-3000:]}"
-            rows = {n: read_metrics(tmp / n / "metrics.jsonl") if (tmp / n / "metrics.jsonl").is_file() else []
+            rows = {n: read_lines(tmp / n / "metrics.jsonl") if (tmp / n / "metrics.jsonl").is_file() else []
                     for n in nodes}
             ids.update({n: _peer_id(tmp / n / "node.log") for n in nodes if n not in ids and rows[n]})
             used = {n: {p for r in rows[n] if r["groups_external"] > 0 for p in r["external_peers"]} for n in nodes}

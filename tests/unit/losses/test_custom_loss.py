@@ -106,7 +106,7 @@ def test_a_node_trains_three_rounds_with_the_custom_loss_and_writes_tensorboard(
     node = Node(cfg, tmp_path / "run")
     before = [p.detach().clone() for p in node.model.parameters()]
     try:
-        rows = run(node, 3)
+        rows = [r.line() for r in run(node, 3)]
     finally:
         node.close()
     assert [m["policy_version"] for m in rows] == [1, 2, 3]

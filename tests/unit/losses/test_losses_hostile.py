@@ -88,7 +88,7 @@ def test_a_node_that_trains_on_a_hostile_record_logs_a_sane_loss(tmp_path):
         rec = dataclasses.replace(rec, completions=tuple(
             dataclasses.replace(c, logprobs=(-30.0,) * len(c.logprobs)) for c in rec.completions))
         peer.publish([rec])
-        m = run_round(node, 0)
+        m = run_round(node, 0).line()
     finally:
         node.close()
     assert m["groups_external"] == 1 and m["external_peers"] == ["peer"], m["drops"]

@@ -114,8 +114,8 @@ def test_train_and_score_on_cpu_in_low_precision(tiny_qwen, setup):
     before = [p.detach().clone() for p in lm.model.parameters()]
     step = train_step(lm.model, opt, rows, build_loss("grpo"), cfg, temperature=1.0,
                       pad_id=lm.tokenizer.pad_token_id)
-    assert step.stepped and torch.isfinite(torch.tensor(step.metrics["loss"]))
-    assert 0 < step.metrics["grad_norm"] < float("inf")
+    assert step.stepped and torch.isfinite(torch.tensor(step.metrics.loss))
+    assert 0 < step.metrics.grad_norm < float("inf")
     assert any(not torch.equal(b, p) for b, p in zip(before, lm.model.parameters()))
     assert precision.skipped_steps == 0
 
@@ -148,7 +148,7 @@ def test_float16_loss_scale_unscales_gradients_and_skips_overflow(tiny_qwen):
     before = [p.detach().clone() for p in lm.model.parameters()]
     step = train_step(lm.model, opt, rows, build_loss("grpo"), cfg, temperature=1.0, pad_id=pad)
     assert precision.skipped_steps == 1 and precision.scale == 2.0**59
-    assert step.metrics["grad_norm"] != step.metrics["grad_norm"] or step.metrics["grad_norm"] == float("inf")
+    assert step.metrics.grad_norm != step.metrics.grad_norm or step.metrics.grad_norm == float("inf")
     assert all(torch.equal(b, p) for b, p in zip(before, lm.model.parameters()))
 
 

@@ -81,8 +81,8 @@ def test_a_teacher_below_the_margin_is_not_asked_and_one_above_is(tmp_path):
         rows_high, rows_low = [], []
         for r in range(5):
             run_round(teacher, r)
-            rows_high.append(run_round(high, r))
-            rows_low.append(run_round(low, r))
+            rows_high.append(run_round(high, r).line())
+            rows_low.append(run_round(low, r).line())
         for m in rows_high:
             assert m["distill_teacher"] is None and m["distill_requests"] == 0
             assert m["distill_drops"] == {"no_headroom": 1}

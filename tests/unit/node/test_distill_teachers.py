@@ -47,7 +47,7 @@ def test_a_peer_whose_records_claim_the_teachers_name_is_never_asked(tmp_path):
         for r in range(4):
             run_round(impostor, r)
             run_round(teacher, r)
-            rows.append(run_round(student, r))
+            rows.append(run_round(student, r).line())
         assert any("n2" in m["external_peers"] for m in rows), rows  # the impostor's records did arrive
         assert [m["distill_teacher"] for m in rows] == ["n1"] * 4
         assert asked_impostor == []
@@ -114,7 +114,7 @@ def test_round_0_across_tokenizers_is_scored(tmp_path):
         rows = []
         for r in range(2):
             run_round(teacher, r)
-            rows.append(run_round(student, r))
+            rows.append(run_round(student, r).line())
         first, second = rows
         assert first["distill_retried"] == first["distill_requests"] == 1 and first["distill_answers"] == 1, first
         assert first["distill_tokens_scored"] > 0 and not first["distill_drops"], first

@@ -30,6 +30,7 @@ from node.round.config import IngestConfig
 from node.round.dedup import SeenGroups, group_digest
 from node.round.ingest import ingest
 from node.round.steps import verdicts
+from node.round.record import RoundRecord
 from ops.dashboard.server import host_allowed
 from ops.dashboard.state import MAX_PEER_ROWS, SECRET_KEY, peer_rows
 from swarm.weights.channel import WeightBook, WeightLimits, make_weight_announcement
@@ -90,7 +91,7 @@ def test_no_metrics_line_is_longer_than_its_bound(tmp_path):
          "step_s": 0.1, "round_s": 0.2, "peer_stats": {"p": {"model": "N" * (4 << 20), "received": 1,
                                                             "dropped": {}, "used": 0}},
          "note": "x" * (1 << 20)}
-    log.write(m)
+    log.write(RoundRecord.from_line(m))
     line = (tmp_path / "metrics.jsonl").read_text()
     assert len(line.encode()) <= MAX_LINE_BYTES + 1  # before: 24 MiB for one name of 4 M characters
     row = json.loads(line)
@@ -102,7 +103,7 @@ def test_prometheus_keeps_series_for_a_bounded_number_of_peers():
     prom = Prom("n")
     for r in range(40):  # 1,000 identities, 25 a round
         stats = {f"id{r}-{k}": {"model": "x", "received": 1, "used": 0, "dropped": {"schema": 1}} for k in range(25)}
-        prom._observe_plot({"time": float(r), "peer_stats": stats})
+        prom._observe_plot(RoundRecord(time=float(r)), stats)
     peers = {s.labels["peer"] for m in prom.registry.collect() for s in m.samples if "peer" in s.labels}
     assert len(peers) <= MAX_PEER_SERIES, len(peers)  # before: 1,000 peers × 5 series
 
@@ -110,7 +111,8 @@ def test_prometheus_keeps_series_for_a_bounded_number_of_peers():
 def test_a_resumed_run_keeps_one_line_per_round(tmp_path):
     log = MetricsLog(tmp_path, "n", MetricsConfig(console=False))
     for r in range(4):
-        log.write({"node": "n", "round": r, "time": 1.0, "tokens_per_s": 1.0, "step_s": 0.1, "round_s": 0.1})
+        log.write(RoundRecord.from_line({"node": "n", "round": r, "time": 1.0, "tokens_per_s": 1.0, "step_s": 0.1,
+                                          "round_s": 0.1}))
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"node": "n", "round": 4, "ti')  # cut short by kill -9
     MetricsLog(tmp_path, "n", MetricsConfig(console=False)).mark_resumed("round-00000001", next_round=2)
@@ -121,8 +123,8 @@ def test_a_resumed_run_keeps_one_line_per_round(tmp_path):
 # -- dashboard ---------------------------------------------------------------------------------------------
 
 def test_the_dashboard_lists_a_bounded_number_of_peers():
-    rows = [{"time": float(r), "peer_stats": {f"id{r}": {"model": "", "received": 1, "used": 0, "dropped": {}}}}
-            for r in range(500)]
+    rows = [RoundRecord.from_line({"round": r, "time": float(r), "peer_stats": {
+        f"id{r}": {"model": "", "received": 1, "used": 0, "dropped": {}}}}) for r in range(500)]
     out = peer_rows("n", rows, {})
     assert len(out) == MAX_PEER_ROWS and out[0]["peer"] == "id499"  # the most recently seen
 

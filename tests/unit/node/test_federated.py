@@ -132,11 +132,11 @@ def test_a_round_on_the_boundary_averages_and_resets_the_optimizer(tmp_path):
     try:
         peer = [torch.full_like(t, 0.25) for t in node.federated.tensors]
         node.federated.averager = MeanWithPeer(peer, 8.0)
-        first = run_round(node, 0)
+        first = run_round(node, 0).line()
         assert first["public"] is False and first["wire_bytes"] == 0 and "avg_averaged" not in first
         optimizer, version = node.optimizer, node.policy_version
         before = [t.detach().clone() for t in node.federated.tensors]
-        second = run_round(node, 1)  # τ = 2: the boundary
+        second = run_round(node, 1).line()  # τ = 2: the boundary
         assert second["avg_averaged"] is True and second["avg_group_size"] == 2 and second["avg_bytes"] == 123
         # samples since the last average: 2 rounds × 2 prompts × 4 completions = 16
         assert node.federated.averager.weights == [16.0] and second["avg_weight"] == 16.0
@@ -156,7 +156,7 @@ def test_without_a_swarm_averaging_is_reported_not_done(tmp_path):
 
     node = Node(parse_config(base_config(tau=1)), tmp_path)
     try:
-        m = run_round(node, 0)
+        m = run_round(node, 0).line()
         assert m["avg_averaged"] is False and m["avg_error"] == "no swarm" and m["avg_group_size"] == 1
     finally:
         node.close()
@@ -178,11 +178,13 @@ def test_federated_examples_are_four_client_lora_configs(name, algorithm):
 
 def test_progress_line_reports_public_steps_and_averaging():
     from node.books.metrics import progress_line
+    from node.round.record import RoundRecord
 
     base = dict(node="n", round=3, reward_mean=0.1, accuracy=0.1, groups_local=2, groups_external=0,
                 tokens_per_s=5.0, round_s=1.0)
-    line = progress_line({**base, "public": True, "avg_averaged": True, "avg_group_size": 4, "avg_drift": 0.5})
-    assert line.endswith("| public step | averaged with 3 peers, drift 0.500")
-    assert progress_line({**base, "avg_averaged": False, "avg_group_size": 1, "avg_drift": None}).endswith(
-        "| averaging failed")
-    assert "averag" not in progress_line(base) and "public" not in progress_line(base)
+    def line(**mode):
+        return progress_line(RoundRecord.from_line({**base, **mode}))
+    assert line(public=True, avg_averaged=True, avg_group_size=4, avg_drift=0.5).endswith(
+        "| public step | averaged with 3 peers, drift 0.500")
+    assert line(avg_averaged=False, avg_group_size=1, avg_drift=None).endswith("| averaging failed")
+    assert "averag" not in line() and "public" not in line()

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from node.books.metrics import Prom
 from node.round.steps import merge_announce
+from node.round.record import RoundRecord
 from swarm.config import SwarmConfig
 from swarm.exchange.gossip import GossipReport
 from swarm.exchange.poller import PollGate
@@ -71,7 +72,7 @@ def test_a_rounds_takes_add_up_and_reach_prometheus():
     prom = Prom("n")
     m = {"step_s": 0.0, "tokens_per_s": 0.0, "announce_transport": "gossip",
          "gossip": {k: v for k, v in merged.items() if k != "transport"}}
-    prom.observe(m)
+    prom.observe(RoundRecord.from_line(m))
     assert prom.registry.get_sample_value("swarm_gossip_messages_total", {"node": "n", "what": "received"}) == 7
     assert prom.registry.get_sample_value("swarm_gossip_running", {"node": "n"}) == 1
     assert prom.registry.get_sample_value("swarm_gossip_poll_only_peers", {"node": "n"}) == 0

@@ -54,7 +54,7 @@ def _node(hub, tmp_path, name, peer, seed, role, **extra) -> Node:
 
 
 def _round(node: Node, r: int) -> dict:
-    return ROUND_FUNCTIONS[node.mode](node, r)
+    return ROUND_FUNCTIONS[node.mode](node, r).line()
 
 
 def test_learner_and_samplers(tmp_path):

@@ -97,7 +97,7 @@ def test_a_training_step_raises_the_peers_better_answers_more_with_imitation(tin
                           TrainConfig(micro_batch_rows=4, grad_clip=1e6), temperature=1.0,
                           pad_id=lm.tokenizer.pad_token_id)
         rises.append(_imitated_logp(lm, rows) - before)
-        shares.append(step.metrics.get("imitation_share_external"))
+        shares.append(step.metrics.imitation_share_external)
     assert shares == [None, 0.5]  # rewards alternate 0/1: half of the peer's rows score above their mean
     if lr == 0.0:
         assert rises == [0.0, 0.0]
@@ -121,7 +121,7 @@ def test_micro_batching_gives_the_full_batch_gradient_and_share(tiny_qwen):
                           pad_id=lm.tokenizer.pad_token_id)
         hook.remove()
         grads.append(captured)
-        shares.append((step.metrics["imitation_share_external"], step.metrics["imitation_share_local"]))
+        shares.append((step.metrics.imitation_share_external, step.metrics.imitation_share_local))
     for i in grads[0]:
         assert_close(grads[0][i], grads[1][i], rtol=1e-4, atol=1e-6)
     assert shares[0] == pytest.approx(shares[1]) and shares[0] == pytest.approx((0.5, 0.5))

@@ -90,9 +90,9 @@ def test_on_policy_step_has_unit_is_weights_and_moves_the_weights(tiny_qwen):
                       temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
     assert step.stepped and step.rows == 12
     # on-policy: exp(logp - logp_beh) = 1 to float precision
-    assert step.metrics["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert step.metrics["is_weight_max"] == pytest.approx(1.0, abs=1e-4)
-    assert step.metrics["tokens"] == sum(len(r.tokens.completion_ids) for r in rows)
+    assert step.metrics.is_weight_mean == pytest.approx(1.0, abs=1e-4)
+    assert step.metrics.is_weight_max == pytest.approx(1.0, abs=1e-4)
+    assert step.metrics.tokens == sum(len(r.tokens.completion_ids) for r in rows)
     assert any(not torch.equal(a, b) for a, b in zip(before, lm.model.parameters()))
 
 
@@ -118,7 +118,7 @@ def test_micro_batching_gives_the_full_batch_gradient(tiny_qwen, loss):
         step = train_step(lm.model, opt, rows, build_loss(**loss), cfg, temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
         hook.remove()
         grads.append(captured)
-        metrics.append(step.metrics)
+        metrics.append(step.metrics.values())
     for i in grads[0]:
         torch.testing.assert_close(grads[0][i], grads[1][i], rtol=1e-4, atol=1e-6)
     for k in ("is_weight_external", "is_weight_external_share", "kl_beh_external", "kl_beh_local"):
@@ -142,7 +142,7 @@ def test_other_tokenizer_rows_are_retokenised_with_sequence_logprob(tiny_qwen, t
     lm = copy.deepcopy(tiny_qwen)
     step = train_step(lm.model, build_optimizer(lm.model, TrainConfig()), rows, build_loss("tis"),
                       TrainConfig(), temperature=1.0, pad_id=lm.tokenizer.pad_token_id)
-    assert step.stepped and all(torch.isfinite(torch.tensor(v)) for v in step.metrics.values())
+    assert step.stepped and all(torch.isfinite(torch.tensor(v)) for v in step.metrics.values().values())
 
 
 def _row(adv: float, gid: int) -> Row:
@@ -177,11 +177,11 @@ def test_ppo_epochs_and_mini_batches_take_that_many_steps_against_a_fixed_pi_old
     lm = copy.deepcopy(tiny_qwen)
     tasks, res = _generate(lm, 1.0)  # 3 groups of 4
     step, moved = _steps_with(lm, tasks, res, TrainConfig(lr=1e-2, epochs=2, mini_batches=3, micro_batch_rows=4))
-    assert step.steps == 6 and moved and step.metrics["steps"] == 6.0
+    assert step.steps == 6 and moved and step.metrics.steps == 6.0
     # π_old is fixed for the round: after the first steps π_θ has moved away from it
-    assert step.metrics["kl_old"] > 0.0
+    assert step.metrics.kl_old > 0.0
     one, _ = _steps_with(copy.deepcopy(tiny_qwen), tasks, res, TrainConfig(lr=1e-2))
-    assert one.steps == 1 and one.metrics["kl_old"] == 0.0  # one step: π_old = sg(π_θ) of its own forward
+    assert one.steps == 1 and one.metrics.kl_old == 0.0  # one step: π_old = sg(π_θ) of its own forward
 
 
 def test_mini_batches_split_whole_groups_evenly():
@@ -215,9 +215,9 @@ def test_reference_kl_is_zero_at_the_start_and_grows_as_the_policy_moves(tiny_qw
     reference = build_reference(lm.model)  # LoRA: the adapter disabled; full: a frozen copy
     cfg = TrainConfig(lr=5e-2)
     first, _ = _steps_with(lm, tasks, res, cfg, loss, reference)
-    assert first.metrics["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref before any step
+    assert first.metrics.kl_ref == pytest.approx(0.0, abs=1e-6)  # π_θ = π_ref before any step
     for _ in range(3):
         later, _ = _steps_with(lm, tasks, res, cfg, loss, reference)
-    assert later.metrics["kl_ref"] > 1e-4
+    assert later.metrics.kl_ref > 1e-4
     with pytest.raises(ValueError, match="reference"):
         _steps_with(lm, tasks, res, cfg, loss, None)

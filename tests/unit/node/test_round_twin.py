@@ -51,7 +51,7 @@ def test_metrics_count_compute_and_break_held_out_accuracy_down_by_task_kind(tmp
     cfg["swarm"] = {"enabled": False}
     node = Node(parse_config(cfg), tmp_path / "solo")
     try:
-        m = run_round(node, 0)
+        m = run_round(node, 0).line()
     finally:
         node.close()
     by = m["eval_accuracy_by_task"]

@@ -13,6 +13,7 @@ import pytest
 
 from node.books.metrics import MetricsConfig, MetricsLog
 from node.books.tracking import TrackingError, scalars_of
+from node.round.record import RoundRecord
 
 LINES = [{"node": "n0", "round": r, "reward_mean": 0.1 * r, "accuracy": 0.5, "eval_accuracy": None,
           "groups_local": 4, "groups_external": r, "external_peers": ["p"], "loss": -0.01 * r, "kl_beh": 0.001,
@@ -37,7 +38,7 @@ def test_tensorboard_event_files_read_back(tmp_path):
 
     log = _log(tmp_path, report_to=["tensorboard"])
     for m in LINES:
-        log.write(dict(m))
+        log.write(RoundRecord.from_line(dict(m)))
     log.close()
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
@@ -77,7 +78,7 @@ def test_wandb_offline_run_holds_every_round(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     log = _log(tmp_path, report_to=["wandb"], wandb_mode="offline", wandb_project="test")
     for m in LINES:
-        log.write(dict(m))
+        log.write(RoundRecord.from_line(dict(m)))
     log.close()
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     deadline = time.monotonic() + 20  # wandb's writer process may still be flushing after finish() returns

@@ -18,6 +18,7 @@ from node.round.steps import PeerTally, by_peer, merge_by_peer
 from ops.cli.main import main
 from ops.dashboard.server import Dashboard
 from ops.dashboard.state import HIDDEN, Snapshots, node_facts, redact
+from node.round.record import RoundRecord
 
 PEER = "QmPeerOne"
 
@@ -144,8 +145,8 @@ def test_per_peer_tallies_and_their_prometheus_series():
     assert both["A"].stats(2) == {"model": "lab-spell", "received": 3, "dropped": {"stale_age": 3, "bad_logprobs": 1},
                                   "used": 2}
     prom = Prom("lab-0")
-    prom.observe({**_row(0), "step_s": 0.1, "tokens_per_s": 10.0,
-                  "peer_stats": {"A": {"model": "lab-spell", "received": 3, "used": 2, "dropped": {"stale_age": 1}}}})
+    prom.observe(RoundRecord.from_line({**_row(0), "step_s": 0.1, "tokens_per_s": 10.0,
+                  "peer_stats": {"A": {"model": "lab-spell", "received": 3, "used": 2, "dropped": {"stale_age": 1}}}}))
     get = prom.registry.get_sample_value
     assert get("swarm_peer_groups_received_total", {"node": "lab-0", "peer": "A"}) == 3
     assert get("swarm_peer_groups_used_total", {"node": "lab-0", "peer": "A"}) == 2
@@ -187,20 +188,22 @@ def test_node_identity_and_the_baseline_reach_prometheus(tmp_path):
     get = log.prom.registry.get_sample_value
     assert get("swarm_node_info", {"node": "lab-0", "peer_id": "QmSelf", "model": "lab-spell"}) == 1
     assert get("swarm_eval_accuracy", {"node": "lab-0"}) is None  # nothing before round 0 is written
-    log.write({**_row(0, eval_accuracy_before=0.4, eval_se_before=0.02, eval_size=100), "step_s": 0.1,
-               "tokens_per_s": 10.0, "round_s": 1.0})
+    log.write(RoundRecord.from_line({**_row(0, eval_accuracy_before=0.4, eval_se_before=0.02, eval_size=100),
+                                     "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0}))
     node = {"node": "lab-0"}
     assert (get("swarm_eval_accuracy", node), get("swarm_eval_accuracy_se", node)) == (0.4, 0.02)
     assert get("swarm_eval_accuracy_before", node) == 0.4
-    log.write({**_row(1), "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0})  # no eval: the baseline stands
+    # no eval: the baseline stands
+    log.write(RoundRecord.from_line({**_row(1), "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0}))
     assert get("swarm_eval_accuracy", node) == 0.4
-    log.write({**_row(2, eval_accuracy=0.55, eval_se=0.03), "step_s": 0.1, "tokens_per_s": 10.0, "round_s": 1.0})
+    log.write(RoundRecord.from_line({**_row(2, eval_accuracy=0.55, eval_se=0.03), "step_s": 0.1, "tokens_per_s": 10.0,
+                                     "round_s": 1.0}))
     assert (get("swarm_eval_accuracy", node), get("swarm_eval_accuracy_se", node)) == (0.55, 0.03)
     assert get("swarm_eval_accuracy_before", node) == 0.4
     # round 0 with its own eval (eval.every 1): the round's eval is the current one, the baseline stays apart
     both = Prom("lab-1")
-    both.observe({**_row(0, node="lab-1", eval_accuracy_before=0.4, eval_accuracy=0.45), "step_s": 0.1,
-                  "tokens_per_s": 10.0})
+    both.observe(RoundRecord.from_line({**_row(0, node="lab-1", eval_accuracy_before=0.4, eval_accuracy=0.45),
+                                        "step_s": 0.1, "tokens_per_s": 10.0}))
     assert both.registry.get_sample_value("swarm_eval_accuracy", {"node": "lab-1"}) == 0.45
     assert both.registry.get_sample_value("swarm_eval_accuracy_before", {"node": "lab-1"}) == 0.4
 

@@ -65,7 +65,7 @@ def test_a_ghost_announcement_does_not_make_rounds_wait(tmp_path):
     node = _victim(tmp_path, hub)
     try:
         _ghost(hub, node, "ghost", 0)
-        rows = [run_round(node, r) for r in range(3)]
+        rows = [run_round(node, r).line() for r in range(3)]
     finally:
         node.close()
     assert [m["peers_seen"] for m in rows] == [1, 1, 1]
@@ -82,7 +82,7 @@ def test_a_peer_that_never_serves_is_backed_off_and_not_waited_for(tmp_path):
         rows = []
         for r in range(4):  # it announces a new bundle every round and never serves one
             _ghost(hub, node, "tease", 10 * r)
-            rows.append(run_round(node, r))
+            rows.append(run_round(node, r).line())
     finally:
         node.close()
     assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]
@@ -101,7 +101,7 @@ def test_a_peer_whose_records_are_all_dropped_is_not_waited_for(tmp_path):
         for r in range(4):  # a valid bundle a round, one record short of what the victim wants, always dropped
             recs = _records(node, "spam", 10 * r, n=1)
             spam.publish([dataclasses.replace(rec, prompt="not the question") for rec in recs])
-            rows.append(run_round(node, r))
+            rows.append(run_round(node, r).line())
     finally:
         node.close()
     assert all(m["gather_s"] < QUICK_S for m in rows), [m["gather_s"] for m in rows]  # before: 10 s each
@@ -118,18 +118,18 @@ def test_a_good_peer_is_waited_for_until_it_fails_and_then_not(tmp_path):
         good = []
         for r in range(3):  # it delivers every round: its records are used, so it is in good standing
             peer.publish(_records(node, "honest", 10 * r))
-            good.append(run_round(node, r))
+            good.append(run_round(node, r).line())
         assert sum(m["groups_external"] for m in good) > 0
         # the control: a round short of peer groups waits for a peer in good standing, until its bundle comes
         timer = threading.Timer(1.5, lambda: peer.publish(_records(node, "honest", 30)))
         timer.start()
-        waited = run_round(node, 3)
+        waited = run_round(node, 3).line()
         timer.join()
         hub.disconnect("honest")  # it goes on announcing, and serves nothing any more
         rows = []
         for r in range(4, 7):
             peer.publish(_records(node, "honest", 10 * r))
-            rows.append(run_round(node, r))
+            rows.append(run_round(node, r).line())
     finally:
         node.close()
     assert 1.0 < waited["gather_s"] < WAIT_S and waited["groups_received"] == 2, waited["gather_s"]
@@ -149,13 +149,13 @@ def test_a_good_peer_gone_silent_costs_one_wait_not_one_a_round(tmp_path):
     peer = InMemoryTransport(hub, "quiet")
     try:
         peer.publish(_records(node, "quiet", 0))
-        first = run_round(node, 0)  # its records are used: good standing
-        silent = [run_round(node, r) for r in range(1, 5)]  # it sends nothing more
+        first = run_round(node, 0).line()  # its records are used: good standing
+        silent = [run_round(node, r).line() for r in range(1, 5)]  # it sends nothing more
         peer.publish(_records(node, "quiet", 50))
-        back = run_round(node, 5)  # it delivers again: waited for again
+        back = run_round(node, 5).line()  # it delivers again: waited for again
         timer = threading.Timer(1.0, lambda: peer.publish(_records(node, "quiet", 60)))
         timer.start()
-        waited = run_round(node, 6)
+        waited = run_round(node, 6).line()
         timer.join()
     finally:
         node.close()
