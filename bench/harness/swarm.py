@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 
+from node.books.progress import Progress
 from node.config import load_config
 from node.node import Node
 from node.round.loop import run_round
@@ -58,7 +59,8 @@ class RoundClock:
 
 def run_swarm(configs: list[str], local: int | list[int], external: int | list[int], seed: int, rounds: int,
               overrides: dict | list[dict], generate: int | list[int] | None = None, *, twin: str = "rounds",
-              delay: int = 1, round_s: float = 10.0, replay_to: list[list[int]] | None = None) -> dict:
+              delay: int = 1, round_s: float = 10.0, replay_to: list[list[int]] | None = None,
+              progress: str | None = None) -> dict:
     """One swarm (node k runs configs[k]), one seed: per-node reward curves, held-out accuracy (and mean
     verifier score, and accuracy per task kind when the held-out mix has several) before/after, peers'
     groups used and their mean IS weight (rounds that used any), tokens generated and trained, the share
@@ -67,7 +69,9 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
     `overrides` are one for all nodes or one per node. `twin`, `delay`, `round_s`: the module docstring.
     `replay_to[k][r]`: node k's budget of trained completion tokens in round r, filled by replaying its own groups
     (select.replay_tokens; the solo control at a swarm node's trained tokens): such a node takes no peers' groups
-    (J = 0 and select.external_tokens off, whatever `overrides` say)."""
+    (J = 0 and select.external_tokens off, whatever `overrides` say). `progress`: a label; the run then prints a
+    line with its rounds done and an ETA to stderr at most once a minute (node.books.progress), node 0's reward
+    beside it (a job of a long benchmark runs for an hour without finishing a result)."""
     if twin not in TWINS:
         raise ValueError(f"twin must be one of {TWINS}, not {twin!r}")
     by_rounds = twin == "rounds"
@@ -105,6 +109,7 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
             off_split = [[] for _ in swarm]  # byte path: share of its scored completions not split canonically
             gates = [[] for _ in swarm]  # a student's headroom gate, per round (with distill.headroom_margin)
             bounds = [dict.fromkeys(BOUNDS, 0.0) for _ in swarm]
+            shown = Progress(progress, rounds, unit="rounds", every_s=60.0, bar=False) if progress else None
             for r in range(rounds):
                 hub.round = r
                 for k, node in enumerate(swarm):
@@ -132,6 +137,9 @@ def run_swarm(configs: list[str], local: int | list[int], external: int | list[i
                         filtered[k].append(m.filtered_frac or 0.0)
                         if m.kl_beh_external is not None:
                             kls[k].append(m.kl_beh_external)
+                if shown is not None:
+                    reward = curves[0][-1]
+                    shown.update(r + 1, "" if reward is None else f"node 0 reward {reward:.3f}")
             last = [node.evaluate_items() for node in swarm]
         finally:
             for node in swarm:

@@ -148,7 +148,8 @@ def run_one(job: dict) -> dict:
     over = [{**job["overrides"], **p} for p in per_node]
     started = time.perf_counter()
     run = run_swarm([job["config"]] * job["nodes"], i, j, job["seed"], job["rounds"], over, generate=g,
-                    twin=job["twin"], delay=job["delay"], round_s=job["round_s"], replay_to=job.get("replay_to"))
+                    twin=job["twin"], delay=job["delay"], round_s=job["round_s"], replay_to=job.get("replay_to"),
+                    progress=f"{job['update']} {job['arm']} {job['nodes']} nodes seed {job['seed']}")
     seconds = time.perf_counter() - started
     exact = over[0].get("tasks.reward", None) == "exact" or _config_reward(job["config"]) == "exact"
     floors, nodes = [], range(job["nodes"])
