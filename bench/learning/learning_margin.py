@@ -56,15 +56,16 @@ def run_once(seed: int, config: str, rounds: int, overrides: dict, *, trace: boo
             node.close()
     if trace:
         for m in rows:
-            print(f"seed {seed} lr {opts.get('train.lr', 'cfg')} round {m['round']:3d} acc {m['accuracy']:.3f} "
-                  f"reward {m['reward_mean']:.3f} grad {m.get('grad_norm', float('nan')):.3f} "
-                  f"len {m['completion_len_mean']:.1f}", file=sys.stderr)
+            grad = m.metrics.grad_norm if m.metrics.grad_norm is not None else float("nan")
+            print(f"seed {seed} lr {opts.get('train.lr', 'cfg')} round {m.round:3d} acc {m.generation.accuracy:.3f} "
+                  f"reward {m.generation.reward_mean:.3f} grad {grad:.3f} "
+                  f"len {m.generation.completion_len_mean:.1f}", file=sys.stderr)
     d = [a - b for a, b in zip(after, before)]
     return {"before": statistics.fmean(before), "after": statistics.fmean(after), "gain": statistics.fmean(d),
             "se": statistics.stdev(d) / math.sqrt(len(d)), "items": len(d),
-            "rollout_first": statistics.fmean(m["accuracy"] for m in rows[:5]),
-            "rollout_last": statistics.fmean(m["accuracy"] for m in rows[-5:]),
-            "round_s": statistics.median(m["round_s"] for m in rows), "seconds": round(time.perf_counter() - started, 1)}
+            "rollout_first": statistics.fmean(m.generation.accuracy for m in rows[:5]),
+            "rollout_last": statistics.fmean(m.generation.accuracy for m in rows[-5:]),
+            "round_s": statistics.median(m.round_s for m in rows), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def measure(seed: int, config: str, rounds: int, overrides: dict, *, trace: bool = False) -> dict:
