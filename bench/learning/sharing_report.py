@@ -6,8 +6,9 @@ from __future__ import annotations
 import itertools
 import statistics
 
+from bench.harness.arms import cells, compare
 from bench.harness.output import pyplot, save_figure
-from bench.harness.stats import fields, paired_fields
+from bench.harness.stats import fields
 
 PAIRS = [("B", "A"), ("C", "A"), ("C", "D"), ("E", "A"), ("E", "B"), ("B", "RB"), ("C", "RC"), ("RB", "A"),
          ("RC", "D"), ("C", "RC3"), ("RC3", "RC")]
@@ -24,11 +25,8 @@ FIELDS = ["gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_g
           "external_groups", "s_per_node_round"]
 
 
-def paired(a: dict[int, dict], b: dict[int, dict], label: dict) -> dict | None:
-    """Differences a − b paired by seed (gain, hard-band gain, cumulative reward), or None with < 2 seeds."""
-    d = paired_fields(a, b, ("gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_generated",
-                             "gain_per_mtok_trained", "tokens_trained"))
-    return None if d is None else {**label, **d}
+DIFF_FIELDS = ("gain", "gain_hard", "cum_reward", "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained",
+               "tokens_trained")  # what a paired difference reports
 
 
 def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], list[dict]]:
@@ -37,35 +35,27 @@ def summarise(runs: list[dict], versus: str | None = None) -> tuple[list[dict], 
     hard = hard_label(runs)
     for r in runs:
         r["gain_hard"] = r["gain_by_task"].get(hard) if hard else None
-    cells: dict[tuple, list[dict]] = {}
-    for r in runs:
-        cells.setdefault((r["update"], r["arm"], r["nodes"]), []).append(r)
+    by = cells(runs, ("update", "arm", "nodes"))
     rows = []
-    for (update, arm, nodes), rs in cells.items():
+    for (update, arm, nodes), rs in by.items():
         row = {"update": update, "arm": arm, "nodes": nodes, "seeds": len(rs),
-               "worst_node_gain": min(g for r in rs for g in r["node_gains"])}
-        rows.append({**row, **fields(rs, FIELDS)})
+               "worst_node_gain": min(g for r in rs.values() for g in r["node_gains"])}
+        rows.append({**row, **fields(rs.values(), FIELDS)})
     diffs = []
     for update in dict.fromkeys(r["update"] for r in runs):
         for nodes in sorted({r["nodes"] for r in runs}):
-            by_arm = {arm: {r["seed"]: r for r in rs} for (u, arm, n), rs in cells.items() if u == update and n == nodes}
-            for a, b in PAIRS:
-                if a in by_arm and b in by_arm:
-                    d = paired(by_arm[a], by_arm[b], {"update": update, "nodes": nodes, "pair": f"{a} − {b}"})
-                    diffs += [d] if d else []
-            sizes = sorted(n for (u, _, n) in cells if u == update)
+            arms = [arm for (u, arm, n) in by if u == update and n == nodes]
+            here = {"update": update, "nodes": nodes}
+            diffs += compare(by, [((update, a, nodes), (update, b, nodes)) for a, b in PAIRS], DIFF_FIELDS,
+                             label=lambda a, b: {**here, "pair": f"{a[1]} − {b[1]}"})
+            sizes = sorted(n for (u, _, n) in by if u == update)
             # the swarm-size curve: each size against the smallest, and against the size before it, arm by arm
             for other in dict.fromkeys([sizes[0], *[n for n in sizes if n < nodes][-1:]]) if nodes != sizes[0] else ():
-                for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((update, arm, other), [])}
-                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes,
-                                                   "pair": f"{arm}: {nodes} vs {other} nodes"})
-                    diffs += [d] if d else []
+                diffs += compare(by, [((update, arm, nodes), (update, arm, other)) for arm in arms], DIFF_FIELDS,
+                                 label=lambda a, b: {**here, "pair": f"{a[1]}: {a[2]} vs {b[2]} nodes"})
             if versus and update != versus:
-                for arm in by_arm:
-                    base = {r["seed"]: r for r in cells.get((versus, arm, nodes), [])}
-                    d = paired(by_arm[arm], base, {"update": update, "nodes": nodes, "pair": f"{arm}: vs {versus}"})
-                    diffs += [d] if d else []
+                diffs += compare(by, [((update, arm, nodes), (versus, arm, nodes)) for arm in arms], DIFF_FIELDS,
+                                 label=lambda a, b: {**here, "pair": f"{a[1]}: vs {versus}"})
     return rows, diffs
 
 

@@ -176,13 +176,17 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from bench.harness.arms import Rule, cells, compare, judge, run_arms
 from bench.harness.options import parse_value
 from bench.harness.output import load_jsonl, results_dir, table, write_json
-from bench.harness.pool import run_jobs
 from bench.harness.stats import interval
 from bench.harness.teachers import ARMS, DISTILL, OPD_COEF, PAIRINGS, TEACHER_ROUNDS, run_one, teacher_dir
 
 RESULTS = results_dir("learning")
+PAIRS = [("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"),
+         ("Ti", "Pi"), ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D"),
+         ("OPD", "D"), ("OPD", "OPD0"), ("OPD0", "D"), ("OPD", "Ti")]  # a − b, paired by seed within a pairing
+
 
 def label(pairing: str, arm: str, teacher_rounds: int) -> str:
     """The pairing's name, with `@rounds` for a teacher trained another number of rounds than the default."""
@@ -203,7 +207,6 @@ def _scored_kl(kls: list[float]) -> list[float]:
 def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list[dict]]:
     """Per arm and paired differences of `measure`: gain (held-out exact match) or score_gain (mean verifier score)."""
     runs = [{**r, "gain": r[measure]} for r in runs]
-    by = {(r["pairing"], r["arm"], r["seed"]): r for r in runs}
     rows, diffs = [], []
     for pairing in dict.fromkeys(r["pairing"] for r in runs):
         for arm in ARMS:
@@ -225,16 +228,9 @@ def summarise(runs: list[dict], measure: str = "gain") -> tuple[list[dict], list
                                 scored_per_gen=_m(r["distill_tokens_scored"] / r["tokens_generated"] for r in rs),
                                 teacher_per_gen=_m(r["teacher_tokens_computed"] / r["tokens_generated"] for r in rs),
                                 seconds=_m(r["seconds"] for r in rs))
-        for a, b in (("T", "D"), ("T", "P"), ("T", "A"), ("P", "D"), ("Tn", "D"), ("Tn", "T"), ("Ti", "D"), ("Ti", "T"), ("Pi", "P"), ("Ti", "Pi"),
-                     ("Ti", "Ti0"), ("Ti0", "D"), ("Di", "D"), ("Ti", "Di"), ("Ti0", "Di"), ("Tio", "Ti"), ("Tio", "D"),
-                     ("OPD", "D"), ("OPD", "OPD0"), ("OPD0", "D"), ("OPD", "Ti")):
-            seeds = sorted(s for (p, x, s) in by if p == pairing and x == a and (p, b, s) in by)
-            if len(seeds) < 2:
-                continue
-            d = [by[(pairing, a, s)]["gain"] - by[(pairing, b, s)]["gain"] for s in seeds]
-            m, h = interval(d)
-            diffs.append({"pairing": pairing, "diff": f"{a} - {b}", "seeds": len(seeds), "mean": m, "ci": h,
-                          "positive": sum(x > 0 for x in d), "per_seed": " ".join(f"{x:+.3f}" for x in d)})
+        by = cells([r for r in runs if r["pairing"] == pairing], ("arm",))
+        diffs += compare(by, [((a,), (b,)) for a, b in PAIRS], ("gain",), per_seed="gain",
+                         label=lambda a, b, p=pairing: {"pairing": p, "pair": f"{a[0]} − {b[0]}"})
     return rows, diffs
 
 
@@ -242,41 +238,35 @@ def paired_with(runs: list[dict], arm: str, other: str, measure: str = "gain") -
     """ARM of `runs` − the arm named in `other` ("NAME:ARM") of bench/results/learning/NAME.jsonl, per pairing,
     paired by seed (same rounds)."""
     name, _, other_arm = other.partition(":")
-    theirs = {(r["pairing"], r["seed"], r["rounds"]): r for r in load_jsonl(RESULTS / f"{name}.jsonl")
-              if r["arm"] == (other_arm or arm) and measure in r}
-    out = []
-    for pairing in dict.fromkeys(r["pairing"] for r in runs):
-        pairs = sorted((r["seed"], r[measure] - theirs[(pairing, r["seed"], r["rounds"])][measure]) for r in runs
-                       if r["pairing"] == pairing and r["arm"] == arm and measure in r
-                       and (pairing, r["seed"], r["rounds"]) in theirs)
-        if len(pairs) >= 2:
-            m, h = interval([d for _, d in pairs])
-            out.append({"pairing": pairing, "diff": f"{arm} - {name}:{other_arm or arm}", "seeds": len(pairs),
-                        "mean": m, "ci": h, "positive": sum(d > 0 for _, d in pairs),
-                        "per_seed": " ".join(f"{d:+.3f}" for _, d in pairs)})
-    return out
+    other_arm = other_arm or arm
+    rounds = {r["rounds"] for r in runs}
+    theirs = [r for r in load_jsonl(RESULTS / f"{name}.jsonl") if r["arm"] == other_arm and measure in r
+              and r["rounds"] in rounds]
+    by = {**{("ours", p): rs for (p,), rs in cells([r for r in runs if r["arm"] == arm and measure in r],
+                                                    ("pairing",)).items()},
+          **{("theirs", p): rs for (p,), rs in cells(theirs, ("pairing",)).items()}}
+    pairs = [(("ours", p), ("theirs", p)) for p in dict.fromkeys(r["pairing"] for r in runs)]
+    return compare(by, pairs, (measure,), per_seed=measure,
+                   label=lambda a, b: {"pairing": a[1], "pair": f"{arm} − {name}:{other_arm}"})
+
+
+RULES = [Rule("T − D", "the teacher teaches"), Rule("T − P", "more than any peer"),
+         Rule("Tn − D", "the teacher teaches without importance weights"),
+         Rule("Ti − D", "the teacher teaches by imitation of its better answers"),
+         Rule("Ti − T", "imitation adds to F-TIS"),
+         Rule("Ti − Pi", "by the teacher's strength, not imitation of any peer"),
+         Rule("Ti − Ti0", "by the teacher's strength, at the same sending rate"),
+         Rule("Ti − Di", "the teacher's answers add to imitating one's own"),
+         Rule("Ti0 − Di", "an untrained copy's answers add to imitating one's own"),
+         Rule("Tio − Ti", "the own bar does better than the group bar"),
+         Rule("Tio − D", "the teacher teaches by imitation under the own bar"),
+         Rule("OPD − D", "the teacher teaches by on-policy distillation"),
+         Rule("OPD − OPD0", "by the teacher's strength (distillation from an untrained copy as the control)")]
 
 
 def verdicts(diffs: list[dict]) -> list[str]:
-    out = []
-    for d in diffs:
-        rule = {"T - D": "the teacher teaches", "T - P": "more than any peer",
-                "Tn - D": "the teacher teaches without importance weights",
-                "Ti - D": "the teacher teaches by imitation of its better answers",
-                "Ti - T": "imitation adds to F-TIS",
-                "Ti - Pi": "by the teacher's strength, not imitation of any peer",
-                "Ti - Ti0": "by the teacher's strength, at the same sending rate",
-                "Ti - Di": "the teacher's answers add to imitating one's own",
-                "Ti0 - Di": "an untrained copy's answers add to imitating one's own",
-                "Tio - Ti": "the own bar does better than the group bar",
-                "Tio - D": "the teacher teaches by imitation under the own bar",
-                "OPD - D": "the teacher teaches by on-policy distillation",
-                "OPD - OPD0": "by the teacher's strength (distillation from an untrained copy as the control)"}.get(d["diff"])
-        if rule:
-            yes = d["mean"] - d["ci"] > 0
-            out.append(f"{d['pairing']}: {rule}: {'YES' if yes else 'no'} ({d['diff']} {d['mean']:+.3f} ± {d['ci']:.3f}, "
-                       f"{d['positive']}/{d['seeds']} seeds positive)")
-    return out
+    """The decision rules of the module docstring, per pairing."""
+    return judge(diffs, RULES, prefix=lambda d: f"{d['pairing']}: ")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,14 +308,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report:
         teachers = {spec: str(teacher_dir(spec, args.teacher_rounds, teacher_sets))
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
-        have = {(r["pairing"], r["arm"], r["seed"], r["rounds"]) for r in done}
         jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
                  "teacher_dir": teachers[PAIRINGS[p][1]], "set": sets, "coef": args.coef}
-                for s in args.seeds for p in args.pairings for a in args.arms
-                if (label(p, a, args.teacher_rounds), a, s, args.rounds) not in have]
-        done += run_jobs(run_one, jobs, sink_path, args.jobs, lambda r: (
+                for s in args.seeds for p in args.pairings for a in args.arms]
+        done = run_arms(run_one, jobs, sink_path, args.jobs, lambda r: (
             f"{r['pairing']} {r['arm']} seed {r['seed']}: gain {r['gain']:+.3f}, score {r['score_gain']:+.3f} "
-            f"(peer groups {r['external_groups']}, ext w {r['ext_w']})"))
+            f"(peer groups {r['external_groups']}, ext w {r['ext_w']})"), key=("pairing", "arm", "seed", "rounds"))
     runs = [r for r in done if r["rounds"] == args.rounds and r["pairing"].partition("@")[0] in args.pairings]
     for r in [r for r in runs if "@" in r["pairing"]]:  # a teacher of other rounds: against the same D, P and A
         runs += [{**x, "pairing": r["pairing"]} for x in runs if x["pairing"] == r["pairing"].partition("@")[0]

@@ -103,6 +103,7 @@ import statistics
 import tempfile
 import time
 
+from bench.harness.arms import cells, compare, run_arms
 from bench.harness.options import parse_sets
 from bench.harness.output import (
     load_jsonl,
@@ -112,9 +113,8 @@ from bench.harness.output import (
     table,
     write_json,
 )
-from bench.harness.pool import run_jobs
 from bench.harness.rounds import play, quiet
-from bench.harness.stats import fields, paired_fields
+from bench.harness.stats import fields
 from node.round.record import RoundRecord
 
 RESULTS = results_dir("reliability")
@@ -254,23 +254,17 @@ prob_after=statistics.fmean(math.exp(x) for x in last),
     return out
 
 
+PAIRS = [("f-tis", "alone"), ("imit", "alone"), ("f-tis+floor", "alone"), ("f-tis+floortok", "alone"),
+         ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"), ("imit", "imit+floor")]
+ROW_FIELDS = ("logp_before", "logp_after", "delta", "prob_after", "first_token_after", "heldout_gain", "external_groups",
+              "floored_share", "seconds")
+
+
 def summarise(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """Per arm: means and intervals over seeds; paired differences of Δ (and held-out gain) between arms."""
-    by = {}
-    for r in runs:
-        by.setdefault(r["arm"], {})[r["seed"]] = r
-    rows = []
-    for arm, rs in by.items():
-        rows.append({"arm": arm, "seeds": len(rs), **fields(rs.values(), (
-            "logp_before", "logp_after", "delta", "prob_after", "first_token_after", "heldout_gain", "external_groups",
-            "floored_share", "seconds"))})
-    diffs = []
-    for a, b in [("f-tis", "alone"), ("imit", "alone"), ("f-tis+floor", "alone"), ("f-tis+floortok", "alone"),
-                 ("imit+floor", "alone"), ("f-tis", "f-tis+floor"), ("f-tis", "f-tis+floortok"), ("imit", "imit+floor")]:
-        d = paired_fields(by.get(a, {}), by.get(b, {}), ("delta", "heldout_gain"))
-        if d is not None:
-            diffs.append({"pair": f"{a} − {b}", **d})
-    return rows, diffs
+    by = cells(runs, ("arm",))
+    rows = [{"arm": arm, "seeds": len(rs), **fields(rs.values(), ROW_FIELDS)} for (arm,), rs in by.items()]
+    return rows, compare(by, [((a,), (b,)) for a, b in PAIRS], ("delta", "heldout_gain"))
 
 
 def verdicts(diffs: list[dict]) -> list[str]:
@@ -330,16 +324,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report", action="store_true", help="no runs: the table from the tag's runs file")
     args = ap.parse_args(argv)
     common = parse_sets(args.set)
-    runs = load_jsonl(RESULTS / f"injection{args.tag}.jsonl")
-    if not args.report:
-        done = {(r["arm"], r["seed"], r["rounds"], r["prefix"]) for r in runs}
-        jobs = [{"config": args.config, "arm": a, "overrides": ARMS[a], "common": common, "seed": s,
-                 "rounds": args.rounds, "every": args.every, "prefix": args.prefix, "groups": args.groups,
-                 "correct": args.correct, "prompts": args.prompts}
-                for s in args.seeds for a in args.arms if (a, s, args.rounds, args.prefix) not in done]
-        runs += run_jobs(run_one, jobs, RESULTS / f"injection{args.tag}.jsonl", args.jobs, lambda r: (
-            f"{r['arm']} seed {r['seed']}: prefix log-prob {r['logp_before']:.2f} → {r['logp_after']:.2f} "
-            f"(Δ {r['delta']:+.2f}), held-out {r['heldout_gain']:+.3f} ({r['seconds']:.0f} s)"))
+    sink = RESULTS / f"injection{args.tag}.jsonl"
+    jobs = [{"config": args.config, "arm": a, "overrides": ARMS[a], "common": common, "seed": s,
+             "rounds": args.rounds, "every": args.every, "prefix": args.prefix, "groups": args.groups,
+             "correct": args.correct, "prompts": args.prompts} for s in args.seeds for a in args.arms]
+    runs = load_jsonl(sink) if args.report else run_arms(run_one, jobs, sink, args.jobs, lambda r: (
+        f"{r['arm']} seed {r['seed']}: prefix log-prob {r['logp_before']:.2f} → {r['logp_after']:.2f} "
+        f"(Δ {r['delta']:+.2f}), held-out {r['heldout_gain']:+.3f} ({r['seconds']:.0f} s)"),
+        key=("arm", "seed", "rounds", "prefix"))
     runs = [r for r in runs if r["arm"] in args.arms and r["seed"] in args.seeds and r["rounds"] == args.rounds
             and r["prefix"] == args.prefix]
     rows, diffs = summarise(runs)
