@@ -3,7 +3,7 @@
 and writes them to bench/results/<family>/; docs/BENCHMARKS.md holds the recorded runs.
 
     harness/      what every script shares: the swarm runner, the statistics, the resumable process pool,
-                  the result writers, real peers without a model, the hostile peers' attacks
+                  the arms runner (jobs, paired differences, decision rules), the result writers, real peers without a model, the hostile peers' attacks
     learning/     does a node learn, and does sharing help: sapo, sharing, teacher, hetero, heterorl,
                   learning_margin, fis_ablation, federated, demo_seeds, plausibility
     exchange/     the exchange on real hivemind peers: gossip, capacity, crowded_shard, wire_bytes,

@@ -6,6 +6,8 @@
                    and teacher_dir (the frozen teacher, trained once and cached)
     stats.py       t95, interval, summary, paired: the one 95 % t-interval of a mean and of a paired difference
     pool.py        run_jobs: the resumable process pool that appends each result to a JSONL results file
+    arms.py        the arms runner: the jobs a results file lacks (pending, run_arms), cells by seed, compare
+                   (paired differences by seed), Rule and judge (the decision rules written before the runs)
     memory.py      job_bytes, fits: a job's memory estimated before it starts; refuse or run fewer side by side
     output.py      results_dir(family), write_json (with the machine), table, load_jsonl
     options.py     parse_value / parse_sets: `--set key=value` overrides as a config reads them
