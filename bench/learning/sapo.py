@@ -8,9 +8,12 @@ as on-policy, and F-TIS), over several seeds.
 
 The nodes run in one process, one after another each round, on the in-memory twin of the
 transport (swarm.exchange.twin: the same receive rules and fan-in as the real one), each on one torch
-thread, so configurations set only I/J differently. A run at 8/0 reproduces exactly; with peers it does not: the
-fetch windows run on wall-clock time, so which peers' groups a round receives depends on how fast rounds run.
-A node's task stream is its own (tasks.seed = 100·seed + node); the held-out set is shared.
+thread, so configurations set only I/J differently. Delivery is by round (bench/harness/swarm.py, `twin`
+"rounds"), so every run, with peers or without, reproduces to the last digit. A node's task stream is its own
+(tasks.seed = 100·seed + node); the held-out set is shared. Each run is appended to
+bench/results/learning/sapo<tag>.jsonl as it ends (bench/harness/arms.py), so an interrupted invocation resumes
+where it stopped; `--jobs` runs swarms side by side. Runs with other `--set` or `--update` overrides of the same
+name belong under another `--tag`.
 
 Reported per configuration (mean over seeds, 95 % t-interval across seeds; `*_vs_first` is the
 difference to the 8/0 run, paired by seed — same task streams, same held-out items; `--combine`
@@ -33,11 +36,11 @@ import json
 import statistics
 import time
 
+from bench.harness.arms import cells, run_arms
 from bench.harness.options import parse_sets
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
-from node.books.progress import Progress
 
 RESULTS = results_dir("learning")
 
@@ -67,6 +70,15 @@ def plot(results: list[dict], path) -> None:
     save_figure(fig, path, dpi=110)
 
 
+def run_one(job: dict) -> dict:
+    """One swarm for one (update, split, seed): run_swarm's summary with the job's names and its wall time."""
+    i, j = (int(x) for x in job["split"].split("/"))
+    started = time.perf_counter()
+    run = run_swarm([job["config"]] * job["nodes"], i, j, job["seed"], job["rounds"], job["overrides"])
+    return {**{k: job[k] for k in ("update", "split", "seed", "rounds", "nodes")}, **run,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="examples/papers/sapo.yaml")
@@ -77,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--update", action="append", default=None, metavar="NAME=K=V;K=V",
                     help="an update to compare, with config overrides (default: the config's own as 'sapo')")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    ap.add_argument("--jobs", type=int, default=1, help="swarms run side by side (one core each)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--combine", nargs="+", metavar="NAME", help="no runs: merge bench/results/learning/NAME.json files "
                     "(runs of other splits or updates, same seeds) into one table and plot, named by --tag")
@@ -88,28 +101,23 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.update or ["sapo="]:
         name, _, rest = item.partition("=")
         updates[name] = parse_sets(kv for kv in rest.split(";") if kv)
+    jobs = [{"update": update, "split": split, "seed": seed, "rounds": args.rounds, "nodes": args.nodes,
+             "config": args.config, "overrides": {**common, **over}}
+            for update, over in updates.items() for split in args.splits for seed in args.seeds]
+    done = run_arms(run_one, jobs, RESULTS / f"sapo{args.tag}.jsonl", args.jobs, lambda r: (
+        f"{r['update']} {r['split']} seed {r['seed']}: gain {r['gain']:+.3f} cum {r['cum_reward']:.2f} "
+        f"({r['seconds']:.0f} s)"), key=("update", "split", "seed", "rounds", "nodes"))
+    by = cells([r for r in done if r["rounds"] == args.rounds and r["nodes"] == args.nodes], ("update", "split"))
     results = []
-    bar = Progress("bench.learning.sapo", total=len(updates) * len(args.splits) * len(args.seeds), unit="runs",
-                   every_s=0)  # k/N, ETA on stderr
-    for update, over in updates.items():
+    for update in updates:
         for split in args.splits:
-            i, j = (int(x) for x in split.split("/"))
-            runs = []
-            for seed in args.seeds:
-                started = time.perf_counter()
-                run = run_swarm([args.config] * args.nodes, i, j, seed, args.rounds, {**common, **over})
-                run.update(seed=seed, seconds=round(time.perf_counter() - started, 1))
-                print(json.dumps({"update": update, "split": split, **{k: v for k, v in run.items() if k != "curves"}}),
-                      flush=True)
-                runs.append(run)
-                bar.advance()
+            runs = [by[(update, split)][s] for s in args.seeds]
             cum_m, cum_ci = interval([r["cum_reward"] for r in runs])
             gain_m, gain_ci = interval([r["gain"] for r in runs])
             results.append({"update": update, "split": split, "seeds": len(runs), "cum_reward_mean": cum_m,
                             "cum_reward_ci": cum_ci, "gain_mean": gain_m, "gain_ci": gain_ci,
                             "external_groups": statistics.fmean(sum(r["external_groups"]) for r in runs),
                             "runs": runs})
-    bar.close()
     report(results, vars(args), args.tag)
 
 
