@@ -29,7 +29,9 @@ the mean IS weight on the peer's rows (rounds that used any), from the loss's `i
     python -m bench.learning.hetero --pair smollm2 --losses nois f-nois gepo f-tis tis --rounds 8   # docs/benchmarks/learning.md §12B
 
 The nodes run in one process on the in-memory twin of the exchange (bench/learning/sapo.py); the models
-are built on first use (about 1–5 minutes each). Writes bench/results/learning/hetero[-smollm2].{json,png}.
+are built on first use (about 1–5 minutes each). Each run is appended to bench/results/learning/hetero[-smollm2].jsonl
+as it ends (bench/harness/arms.py: an interrupted invocation resumes; `--jobs` runs side by side); the table goes to
+hetero[-smollm2].json and the figure to .png.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.harness.arms import cells, run_arms
 from bench.harness.output import pyplot, results_dir, save_figure, table, write_json
 from bench.harness.stats import interval
 from bench.harness.swarm import run_swarm
@@ -89,6 +92,30 @@ def plot(rows: list[dict], models: tuple[str, str], path: Path, key: str) -> Non
     save_figure(fig, path, dpi=110)
 
 
+def run_one(job: dict) -> dict:
+    """One pair run (or the solo run) of one seed: run_swarm's summary with the job's names and its wall time."""
+    pair, name = PAIRS[job["pair"]], job["name"]
+    loss, _, scale = name.partition("/")  # "tis/sequence": tis with the whole-completion ratio
+    own, j = list(pair["own"]), 0 if name == "solo" else job["external"]
+    # a node generates only its own prompts in every run, so its task stream (round × own + i) is the same
+    over = [{**o, "generation.prompts_per_round": n, "train.cross_tokenizer": scale or "chunks"}
+            for o, n in zip(pair["over"], own)]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = configs(pair, Path(tmp), job["solo_loss"] if name == "solo" else loss)
+        run = run_swarm(paths, own, [j, j], job["seed"], job["rounds"], over)
+    return {**job, **run, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def describe(run: dict) -> str:
+    gains = [a - b for a, b in zip(run["after"], run["before"])]
+    scores = [a - b for a, b in zip(run["score_after"], run["score_before"])]
+    return (f"{run['name']:6s} seed {run['seed']}: gains {' '.join(f'{g:+.3f}' for g in gains)}, "
+            f"score gains {' '.join(f'{g:+.3f}' for g in scores)}, peer groups {run['external_groups']}, "
+            f"ext w {run['external_weight']}, w ≥ 0.1 {run['external_share']}, filtered {run['filtered']} "
+            f"({run['seconds']:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", choices=sorted(PAIRS), default="spell")
@@ -100,28 +127,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--solo-loss", default="grpo",
                     help="the solo runs' loss (grpo: with the sequence mean); e.g. gepo with --losses gepo "
                          "separates GEPO's own reweighting from the peer's rows")
+    ap.add_argument("--jobs", type=int, default=1, help="runs side by side (one core each)")
     args = ap.parse_args(argv)
     pair, t0 = PAIRS[args.pair], time.perf_counter()
     own, models = list(pair["own"]), pair["models"]
-    runs: dict[str, list[dict]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ["solo", *args.losses]:
-            loss, _, scale = name.partition("/")  # "tis/sequence": tis with the whole-completion ratio
-            paths = configs(pair, Path(tmp), args.solo_loss if name == "solo" else loss)
-            j = 0 if name == "solo" else args.external
-            # a node generates only its own prompts in every run, so its task stream (round × own + i) is the same
-            over = [{**o, "generation.prompts_per_round": n, "train.cross_tokenizer": scale or "chunks"}
-                    for o, n in zip(pair["over"], own)]
-            for seed in args.seeds:
-                run = run_swarm(paths, own, [j, j], seed, args.rounds, over)
-                runs.setdefault(name, []).append(run)
-                gains = [a - b for a, b in zip(run["after"], run["before"])]
-                scores = [a - b for a, b in zip(run["score_after"], run["score_before"])]
-                print(f"{name:6s} seed {seed}: gains {' '.join(f'{g:+.3f}' for g in gains)}, "
-                      f"score gains {' '.join(f'{g:+.3f}' for g in scores)}, "
-                      f"peer groups {run['external_groups']}, ext w {run['external_weight']}, "
-                      f"w ≥ 0.1 {run['external_share']}, filtered {run['filtered']} "
-                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    tag = ("" if args.pair == "spell" else f"-{args.pair}") + ("" if args.solo_loss == "grpo" else f"-solo-{args.solo_loss}")
+    jobs = [{"pair": args.pair, "name": name, "seed": seed, "rounds": args.rounds, "external": args.external,
+             "solo_loss": args.solo_loss} for name in ["solo", *args.losses] for seed in args.seeds]
+    done = run_arms(run_one, jobs, RESULTS / f"hetero{tag}.jsonl", args.jobs, describe,
+                    key=("pair", "name", "seed", "rounds", "external", "solo_loss"))
+    by = cells(done, ("pair", "name", "rounds", "external", "solo_loss"))
+    runs = {name: [by[(args.pair, name, args.rounds, args.external, args.solo_loss)][s] for s in args.seeds]
+            for name in ["solo", *args.losses]}
     rows = []
     for name in args.losses:
         for k, spec in enumerate(models):
@@ -144,7 +161,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n== {' + '.join(models)}: {own} own (+ {args.external} peer's) groups × {args.rounds} rounds, "
           f"seeds {args.seeds}; Δ = pair − solo ({args.solo_loss}) gain, 95 % t-interval")
     print(table(rows, list(rows[0])))
-    tag = ("" if args.pair == "spell" else f"-{args.pair}") + ("" if args.solo_loss == "grpo" else f"-solo-{args.solo_loss}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(rows, models, RESULTS / f"hetero{tag}.png", "delta" if args.pair == "spell" else "delta_score")
     path = write_json(f"hetero{tag}", {"args": vars(args), "rows": rows, "runs": runs,
