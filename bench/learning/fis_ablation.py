@@ -44,6 +44,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from bench.harness.arms import cells, compare  # noqa: E402
 from bench.harness.models import set_threads, task_source  # noqa: E402
 from bench.harness.output import results_dir, save_figure, table, write_json  # noqa: E402
 from bench.harness.stats import interval  # noqa: E402
@@ -219,13 +220,17 @@ def combine(tags: list[str]) -> None:
     for r in runs:
         for row in r["stability_summary"]:
             by_loss.setdefault(row["loss"], []).append(row)
-    base = {i: row["acc_end"] - row["acc_start"] for i, row in enumerate(by_loss.get("nois", []))}
+    gains_by_seed = [{"loss": row["loss"], "seed": r["args"]["seed"], "gain": row["acc_end"] - row["acc_start"]}
+                     for r in runs for row in r["stability_summary"]]
+    vs_nois = {d["pair"].partition(" − ")[0]: d for d in compare(cells(gains_by_seed, ("loss",)),
+                                                                  [((name,), ("nois",)) for name in by_loss], ("gain",))}
     rows = []
     for name, per_seed in by_loss.items():
         gains = [row["acc_end"] - row["acc_start"] for row in per_seed]
-        (g, gh), (d, dh) = interval(gains), interval([x - base[i] for i, x in enumerate(gains)] if base else [0.0])
+        g, gh = interval(gains)
+        d = vs_nois.get(name, {"gain": 0.0, "gain_ci": 0.0})  # no NoIS runs: nothing to pair with
         rows.append({"loss": name, "seeds": len(per_seed), "acc_start": statistics.fmean(x["acc_start"] for x in per_seed),
-                     "gain": f"{g:+.3f} ± {gh:.3f}", "gain_vs_nois": f"{d:+.3f} ± {dh:.3f}",
+                     "gain": f"{g:+.3f} ± {gh:.3f}", "gain_vs_nois": f"{d['gain']:+.3f} ± {d['gain_ci']:.3f}",
                      "per_seed_gain": " ".join(f"{x:+.3f}" for x in gains),
                      "grad_norm_mean": statistics.fmean(x["grad_norm_mean"] for x in per_seed),
                      "grad_norm_max": max(x["grad_norm_max"] for x in per_seed),
