@@ -58,6 +58,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.harness.attacks import publish_rpc, uvarint
 from bench.harness.output import results_dir, table, write_json
 
 RESULTS = results_dir("exchange")
@@ -110,15 +111,6 @@ def spam(t, t0: float, args, log: dict) -> None:
     log["spam"] = {"published": n, "failed": failed, "per_s": n / (args.duration - args.spam_after)}
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def fresh_message(topic: str, data_of) -> bytes:
     """One varint-framed gossipsub RPC publishing a message signed by a new ed25519 identity: go-libp2p-pubsub's
     signature ("libp2p-pubsub:" + the message without signature and key), the key inlined in the peer id."""
@@ -131,13 +123,11 @@ def fresh_message(topic: str, data_of) -> bytes:
     key = Ed25519PrivateKey.generate()
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     public = crypto_pb2.PublicKey(key_type=crypto_pb2.Ed25519, data=raw).SerializeToString()
-    peer_id = b"\x00" + _uvarint(len(public)) + public  # identity multihash: the peer id of an ed25519 key
+    peer_id = b"\x00" + uvarint(len(public)) + public  # identity multihash: the peer id of an ed25519 key
     msg = pb.PSMessage(data=data_of(PeerID(peer_id).to_base58()), seqno=secrets.token_bytes(8), topicIDs=[topic])
     setattr(msg, "from", peer_id)
     msg.signature = key.sign(b"libp2p-pubsub:" + msg.SerializeToString())
-    body = msg.SerializeToString()
-    rpc = b"\x12" + _uvarint(len(body)) + body  # RPC field 2: publish
-    return _uvarint(len(rpc)) + rpc
+    return publish_rpc([msg.SerializeToString()])
 
 
 async def _fresh_spam(t, t0: float, args, log: dict) -> None:

@@ -16,6 +16,7 @@
                    (synthetic_records)
     dht_probe.py   counters inside hivemind's DHT processes and timers around the transport's DHT reads
     attacks.py     what a hostile peer sends to exhaust a node (the hostile tests and the soak's attackers)
+                   and the gossipsub RPC it writes by hand (uvarint, publish_rpc)
     records.py     record / completion: made-up rollout records, the one factory benches and tests build them with
     identities.py  many throwaway identities: cached RSA keys and a validator that signs for all of them
     netns.py       Hosts: network namespaces on one virtual switch, each host's outgoing frames delayed if asked

@@ -10,6 +10,7 @@ and of the soak's attacker roles (bench/reliability/soak/roles.py), each over a 
     flood_unsigned    store thousands of unsigned entries under a swarm's announcement keys
     Ghosts            many throwaway identities behind one DHT peer, announcing bundles nobody serves
     refetch           fetch a publisher's bundle again and again, many streams at once
+    uvarint, publish_rpc  the varint and the framed gossipsub RPC that a spammer or a replayer writes on /meshsub
 
 Nothing here is used by a node; it is the other side of the node's bounds (docs/ARCHITECTURE.md §4).
 """
@@ -210,3 +211,21 @@ class Ghosts:
 
     def shutdown(self) -> None:
         self.dht.shutdown()
+
+
+def uvarint(n: int) -> bytes:
+    """n as an unsigned LEB128 varint (protobuf's and multiformats' length prefix)."""
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def publish_rpc(messages: list[bytes]) -> bytes:
+    """One varint-framed gossipsub RPC publishing the serialized messages (RPC field 2, `publish`), as a peer writes
+    it on a /meshsub stream."""
+    body = b"".join(b"\x12" + uvarint(len(m)) + m for m in messages)
+    return uvarint(len(body)) + body
+

@@ -36,6 +36,7 @@ from hivemind.p2p.p2p_daemon_bindings.utils import read_pbmsg_safe
 from hivemind.proto import crypto_pb2
 from hivemind.proto import p2pd_pb2 as pb
 
+from bench.harness.attacks import publish_rpc
 from swarm.dht.bootstrap import start_bootstrap
 from swarm.exchange.hivemind import HivemindTransport
 from swarm.net.pubsub import Pubsub, PubsubP2P
@@ -48,21 +49,6 @@ GOSSIP = {"gossip": True, "poll_interval_s": 30.0, "notify_peers": 0, "fetch_tim
 MESHSUB = "/meshsub/1.1.0"
 REPLAYED = 24  # more than the allowance the old guard gave a signer at once (20)
 LATER_ROUND = 1000  # the round of the bundle H publishes after the replay
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _rpc(messages: list[pb.PSMessage]) -> bytes:
-    """One varint-framed gossipsub RPC publishing `messages` as they were delivered (RPC field 2, `publish`)."""
-    body = b"".join(b"\x12" + _uvarint(len(m.SerializeToString())) + m.SerializeToString() for m in messages)
-    return _uvarint(len(body)) + body
 
 
 def _signature_checks_out(msg: pb.PSMessage) -> bool:
@@ -167,7 +153,7 @@ async def _replay_scenario(boot_maddrs: list[str], peers: list[HivemindTransport
         victim_id = PeerID.from_base58(victim.peer_id)
         await replayer._client.connect(victim_id, await asyncio.to_thread(_maddrs, victim))
         _, _, stream = await replayer._client.stream_open(victim_id, [MESHSUB])
-        stream.write(_rpc(captured))
+        stream.write(publish_rpc([m.SerializeToString() for m in captured]))
         await stream.drain()
         await _until(f"V's code receives the {REPLAYED} replayed messages",
                      lambda: victim.gossip.received - before >= REPLAYED)
