@@ -304,8 +304,9 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"bench.learning.teacher: {flag} wants KEY=VALUE, not {item!r}")
             into[key] = parse_value(value)
     sink_path = RESULTS / f"{args.name}.jsonl"
-    done = load_jsonl(sink_path)
-    if not args.report:
+    if args.report:
+        done = load_jsonl(sink_path)
+    else:
         teachers = {spec: str(teacher_dir(spec, args.teacher_rounds, teacher_sets))
                     for spec in {PAIRINGS[p][1] for p in args.pairings}}
         jobs = [{"pairing": label(p, a, args.teacher_rounds), "arm": a, "seed": s, "rounds": args.rounds,
