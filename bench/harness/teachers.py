@@ -1,10 +1,12 @@
 """The teacher bench's pairings and arms (bench/learning/teacher.py's docstring says what each is) and one run of
 them: a student and its frozen teacher (or a peer) on the in-memory twin, `run_one`; the frozen teacher trained
-once and cached, `teacher_dir`. bench/learning/teacher.py and bench/learning/split_bias.py run them."""
+once and cached, `teacher_dir` (behind a file lock: benches started side by side train it once). bench/learning/teacher.py and bench/learning/split_bias.py run them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -46,8 +48,16 @@ def teacher_dir(spec: str, rounds: int, over: dict | None = None) -> Path:
     tag = "".join(f"-{k}={v}" for k, v in sorted((over or {}).items()))
     root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}{tag}"
     done = root / "model"
-    if (done / "config.json").is_file():
-        return done
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.with_name(root.name + ".lock"), "w") as lock:  # a second bench wanting it waits, then reads it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done / "config.json").is_file():
+            _train(spec, rounds, over or {}, root)
+    return done
+
+
+def _train(spec: str, rounds: int, over: dict, root: Path) -> None:
+    """Train `spec` alone for `rounds` rounds and move its last checkpoint's model to root/model."""
     from node.books import checkpoint
     from node.config import load_config
     from node.node import Node
@@ -55,18 +65,21 @@ def teacher_dir(spec: str, rounds: int, over: dict | None = None) -> Path:
 
     print(f"training the teacher {spec} for {rounds} rounds (once) ...", flush=True)
     cfg = load_config(CONFIG, {"model.spec": spec, "rounds": rounds, "torch_threads": 1, "eval.every": 0,
-                               "checkpoint.every": rounds, "metrics.console": False, **(over or {})})
+                               "checkpoint.every": rounds, "metrics.console": False, **over})
     work = root.with_name(root.name + ".work")
+    shutil.rmtree(work, ignore_errors=True)  # a run cut short leaves it; under the lock nobody else uses it
     node = Node(cfg, str(work))
+    started = time.perf_counter()
     try:
         for r in range(rounds):
             run_round(node, r)
+            if (r + 1) % 50 == 0 or r + 1 == rounds:
+                print(f"  teacher {spec}: round {r + 1}/{rounds}, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         node.close()
     newest = checkpoint.complete_checkpoints(work / "checkpoints")[-1]
     root.mkdir(parents=True, exist_ok=True)
-    os.replace(newest / "model", done)
-    return done
+    os.replace(newest / "model", root / "model")
 
 
 def run_one(job: dict) -> dict:
