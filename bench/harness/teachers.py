@@ -1,6 +1,7 @@
 """The teacher bench's pairings and arms (bench/learning/teacher.py's docstring says what each is) and one run of
 them: a student and its frozen teacher (or a peer) on the in-memory twin, `run_one`; the frozen teacher trained
-once and cached, `teacher_dir` (behind a file lock: benches started side by side train it once). bench/learning/teacher.py and bench/learning/split_bias.py run them."""
+once and cached, `teacher_dir` (behind a file lock: benches started side by side train it once).
+bench/learning/teacher.py and bench/learning/split_bias.py run them."""
 
 from __future__ import annotations
 
