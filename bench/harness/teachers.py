@@ -13,11 +13,14 @@ from pathlib import Path
 
 PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
             "spell2wide": ("lab-spell-wide", "lab-spell"),
-            "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m")}  # (student, teacher)
+            "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m"),
+            "gemma2smol": ("smollm2-135m", "gemma3-270m"), "smol2gemma": ("gemma3-270m", "smollm2-135m")}  # (student, teacher)
 # SmolLM2 runs its own config (LoRA, 4 completions a group, 32 new tokens, lenient extraction) with a smaller
 # held-out set; it is never trained as a teacher here (≈ 30 s a round): as a teacher it is the model as built
-SMOL = "smollm2-135m"
-SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "eval.samples": 2})}
+SMOL, GEMMA = "smollm2-135m", "gemma3-270m"
+PRETRAINED = (SMOL, GEMMA)  # teachers as built, never trained here (Gemma 3 270M: the pretrained pair with SmolLM2)
+SPEC_CONFIG = {SMOL: ("examples/hetero/smollm2.yaml", {"tasks.eval_size": 100, "eval.samples": 2}),
+               GEMMA: ("examples/hetero/gemma3.yaml", {"tasks.eval_size": 100, "eval.samples": 2})}
 SMOL_PARTNER = {"tasks.extraction": "lenient", "ingest.max_completion_tokens": 64}  # the lab node beside SmolLM2
 ARMS = {"D": (4, 0, 4, None), "T": (4, 4, 4, "teacher"), "P": (4, 4, 4, "peer"), "A": (8, 0, 8, None),
         "Tn": (4, 4, 4, "teacher"), "Ti": (4, 4, 4, "teacher"),
@@ -44,8 +47,8 @@ def teacher_dir(spec: str, rounds: int, over: dict | None = None) -> Path:
     (built on first use; a teacher trained with overrides has a folder of its own)."""
     from node.models.load import default_cache_dir
 
-    if spec == SMOL:  # as built (pretrained): 200 rounds of SmolLM2 would take ≈ 2 hours here
-        return SMOL
+    if spec in PRETRAINED:  # as built: 200 rounds of SmolLM2 would take ≈ 2 hours here
+        return spec
     tag = "".join(f"-{k}={v}" for k, v in sorted((over or {}).items()))
     root = default_cache_dir() / "bench" / "teachers" / f"{spec}-{rounds}{tag}"
     done = root / "model"
@@ -90,7 +93,7 @@ def run_one(job: dict) -> dict:
     student, other = PAIRINGS[job["pairing"].partition("@")[0]]
     i, j, g, kind = ARMS[job["arm"]]
     started = time.perf_counter()
-    partner = SMOL_PARTNER if SMOL in (student, other) else {}
+    partner = SMOL_PARTNER if {student, other} & set(PRETRAINED) else {}
 
     def node(spec: str, model: str) -> tuple[str, dict]:  # its config file, and TASK with its own adjustments
         config, extra = SPEC_CONFIG.get(spec, (CONFIG, partner))

@@ -160,6 +160,15 @@ lab node beside it extracts leniently as SmolLM2 does and accepts its longer com
    only if its held-out exceeds what the student reaches alone in 40 rounds; then `--pairings wide2spell --arms
    D OPD OPD0 --teacher-rounds 600 --name teacher_opd_wide600`, 8 seeds)
                                OPD − D > 0 with an interval that excludes 0
+Pairings of two pretrained models across tokenizers (SmolLM2-135M-Instruct and Gemma 3 270M base, each + LoRA,
+examples/hetero/smollm2.yaml and gemma3.yaml; each teacher as built, neither trained as a teacher here):
+  gemma2smol  SmolLM2        ← Gemma 3 270M as built
+  smol2gemma  Gemma 3 270M   ← SmolLM2 as built
+  (the pretrained pair, fixed before its runs: `--set tasks.reward=partial --measure score_gain --rounds 20
+   --name teacher_gemma`, arms D and OPD, `distill.cross_signal` at its default)
+                               per direction, OPD − D > 0 with an interval that excludes 0: the other
+                               pretrained model teaches by on-policy distillation; < 0 excluding 0: it harms;
+                               fewer than 8 seeds: reported as measured (with the wall time), no verdict
 Also reported: the mean IS weight on the teacher's rows (`ext_w`), the share of those weights
 ≥ 0.1, the share of rows the F-TIS filter zeroed, and KL(μ_teacher‖π_student) per token on the
 teacher's rows (k3 estimate, `kl_beh_external`), averaged over the rounds that used any.

@@ -262,13 +262,13 @@ def _sha256(path: Path) -> str:
 
 
 @torch.no_grad()
-def _check_same_logits(reference, rebuilt, tokenizer) -> None:
+def check_same_logits(reference, rebuilt, tokenizer) -> None:
     """The re-built plain model must compute exactly what the GGUF-loaded one does."""
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids  # [1, L]
     ref, new = reference.eval()(ids).logits, rebuilt.eval()(ids).logits  # [1, L, V]
     if not torch.equal(ref, new):
         raise RuntimeError(
-            f"re-built SmolLM2 differs from the GGUF model: max |Δlogit| {(ref - new).abs().max():.3g}"
+            f"the re-built model differs from the GGUF model: max |Δlogit| {(ref - new).abs().max():.3g}"
         )
 
 
@@ -287,7 +287,7 @@ def build_smollm2(out_dir: Path, progress: Progress = print) -> None:
         model = LlamaForCausalLM(LlamaConfig.from_dict(cfg))
         model.load_state_dict(gguf_model.state_dict(), strict=True)
         model.generation_config = gguf_model.generation_config
-        _check_same_logits(gguf_model, model, tokenizer)
+        check_same_logits(gguf_model, model, tokenizer)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if not tokenizer.chat_template:

