@@ -11,10 +11,10 @@ import shutil
 import time
 from pathlib import Path
 
-PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),
+PAIRINGS = {"same": ("lab-spell", "lab-spell"),  # (student, teacher) "wide2spell": ("lab-spell", "lab-spell-wide"),
             "spell2wide": ("lab-spell-wide", "lab-spell"),
             "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m"),
-            "gemma2smol": ("smollm2-135m", "gemma3-270m"), "smol2gemma": ("gemma3-270m", "smollm2-135m")}  # (student, teacher)
+            "gemma2smol": ("smollm2-135m", "gemma3-270m"), "smol2gemma": ("gemma3-270m", "smollm2-135m")}
 # SmolLM2 runs its own config (LoRA, 4 completions a group, 32 new tokens, lenient extraction) with a smaller
 # held-out set; it is never trained as a teacher here (≈ 30 s a round): as a teacher it is the model as built
 SMOL, GEMMA = "smollm2-135m", "gemma3-270m"
