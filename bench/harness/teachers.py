@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-PAIRINGS = {"same": ("lab-spell", "lab-spell"),  # (student, teacher) "wide2spell": ("lab-spell", "lab-spell-wide"),
+PAIRINGS = {"same": ("lab-spell", "lab-spell"), "wide2spell": ("lab-spell", "lab-spell-wide"),  # (student, teacher)
             "spell2wide": ("lab-spell-wide", "lab-spell"),
             "lab2smol": ("smollm2-135m", "lab-spell"), "smol2lab": ("lab-spell", "smollm2-135m"),
             "gemma2smol": ("smollm2-135m", "gemma3-270m"), "smol2gemma": ("gemma3-270m", "smollm2-135m")}
