@@ -9,7 +9,9 @@ hosts is the sum of their delays: 20–300 ms with the defaults. Peers on the sa
 its loopback, undelayed. Each arm runs on the same hosts and delays:
 
     dht      swarm.gossip off; announcements found by polling the DHT
-    gossip   swarm.gossip on (the defaults), the bootstrap relaying the topic
+    gossip   swarm.gossip on (the defaults), the bootstrap relaying the topic; `--shard-peers K` sets the peers'
+             swarm.gossip_shard_peers (4: 16 peers pick level 2, four announcement shards; the default 32 gives
+             one shard at this size), and each row names the peers' mean level and topics at the end
 
 Per arm: delivery (bundles delivered / (delivered + failed fetches), as bench/exchange/capacity.py), publish →
 visible p50 / p95 (from a peer's publish to a bundle of it taken by another peer, over every pair: the
@@ -18,7 +20,7 @@ the RTT between the hosts measured before the arm (from every host to every othe
 a reset; min / mean / max of the per-pair means). Every process in the namespaces is killed and the
 namespaces deleted at the end, on errors and on Ctrl-C too. Needs root and iproute2.
 
-    python -m bench.exchange.latency [--hosts 8] [--per-host 2] [--rounds 6] [--period 10] [--arms dht gossip]
+    python -m bench.exchange.latency [--hosts 8] [--per-host 2] [--rounds 6] [--period 10] [--arms dht gossip] [--shard-peers K]
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jitter", type=float, default=5.0, help="± ms around each host's delay (uniform)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--arms", nargs="*", default=["dht", "gossip"], choices=["dht", "gossip"])
+    ap.add_argument("--shard-peers", type=int, default=None,
+                    help="swarm.gossip_shard_peers of the gossip arm's peers (default: the config's, 32: one shard "
+                         "at 16 peers; 4 gives level 2, four shards of about 4 peers)")
     ap.add_argument("--subnet", default="10.231.9")
     ap.add_argument("--out", default="latency")
     args = ap.parse_args(argv)
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             if hosts.switch_pid is not None:  # the user-space switch's CPU over the arm, in cores
                 row["switch_cpu_cores"] = (switch_cpu(hosts) - cpu0) / (time.monotonic() - wall0)
             rows.append(row)
-    cols = ["transport", "peers", "hosts", "delivery", "fetched_pairs", "failed", "p50_visible_s", "p95_visible_s",
+    cols = ["transport", "shard_level", "peers", "hosts", "delivery", "fetched_pairs", "failed", "p50_visible_s", "p95_visible_s",
             "rtt_ms", "load_avg_1m", "switch_cpu_cores"]
     print(table(rows, cols))
     for r in rows:
@@ -118,9 +123,10 @@ def run_arm(hosts: Hosts, arm: str, args) -> dict:
                 return {"transport": arm, "error": f"the bootstrap did not start (log: {log.name})"}
             peers = [n for n in hosts.names if n != "boot"]
             places = [(hosts.command(n, []), hosts.addr[n]) for n in peers]
+            swarm_set = {"gossip_shard_peers": args.shard_peers} if gossip and args.shard_peers else None
             level = run_level(len(peers) * args.per_host, per_process=args.per_host, rounds=args.rounds,
                               period=args.period, budget=args.budget, notify=8, maddr=maddr, gossip=gossip,
-                              swarm_id=swarm_id, places=places)
+                              swarm_id=swarm_id, places=places, swarm_set=swarm_set)
         finally:
             boot.terminate()
             try:
@@ -129,6 +135,10 @@ def run_arm(hosts: Hosts, arm: str, args) -> dict:
                 boot.kill()
     failed = sum(level.get("drop_reasons", {}).get(r, 0) for r in FAILURES)
     got = level.get("fetched_pairs", 0)
+    counters = level.get("gossip") or {}
+    if counters.get("running"):  # the peers' mean shard level and topics at the end (-1: unsharded)
+        level["shard_level"] = counters.get("level_total", 0) / counters["running"]
+        level["topics_per_peer"] = counters.get("topics_total", 0) / counters["running"]
     return {**level, "hosts": len(peers), "failed": failed, "delivery": got / (got + failed) if got + failed else None,
             "p50_visible_s": level.get("pair_p50_s"), "p95_visible_s": level.get("pair_p95_s"),
             "load_avg_end": os.getloadavg()}

@@ -109,6 +109,9 @@ def worker(args) -> None:
     log["gossip"] = {k: sum(getattr(t.gossip, k, 0) for t in peers if t.gossip)
                      for k in ("received", "offered", "published", "publish_failures", "fetch_spread")}
     log["gossip"]["running"] = sum(t.gossip is not None for t in peers)
+    # each running peer's shard level (-1: unsharded) and topics at the end, summed: / running gives the mean
+    log["gossip"]["level_total"] = sum(t.gossip.level for t in peers if t.gossip)
+    log["gossip"]["topics_total"] = sum(len(t.gossip.topics) for t in peers if t.gossip)
     log["gossip"]["dht_polls_skipped"] = sum(t.poll_gate.skipped for t in peers)
     log["reads"] = reads
     time.sleep(1.0)
