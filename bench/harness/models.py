@@ -1,4 +1,5 @@
-"""What a bench needs from the node's models: whether one is cached, each lab model's own task, torch threads.
+"""What a bench needs from the node's models: whether one is cached, each lab model's own task, torch threads,
+and the build a run measured (`build_of`: the weights' hash and the packages that made and ran them).
 
 Importing this sets HF_HUB_OFFLINE and TOKENIZERS_PARALLELISM (unless already set): a bench never downloads
 and never lets tokenizers fork threads under it.
@@ -6,7 +7,10 @@ and never lets tokenizers fork threads under it.
 
 from __future__ import annotations
 
+import hashlib
 import os
+from functools import cache
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -55,3 +59,56 @@ def task_source(spec: str, seed: int = 0) -> TaskSource:
 
 def set_threads(n: int) -> None:
     torch.set_num_threads(n)
+
+
+@cache
+def build_of(spec: str) -> dict:
+    """What a run on model `spec` measured: the sha256 (first 16 hex) of its weight files in its cache folder (a
+    built-in is rebuilt on every machine, and its build depends on the installed packages: docs/BENCHMARKS.md) and
+    the torch and transformers that ran it. Two runs to be paired must name the same build."""
+    import transformers
+
+    from node.models.load import resolve_model_dir
+
+    folder = resolve_model_dir(spec)
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.safetensors")) or sorted(Path(folder).glob("*.bin")):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                digest.update(chunk)
+    return {"model": spec, "weights": digest.hexdigest()[:16], "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def mixed_build(runs: list[dict], build: dict) -> tuple[str | None, str | None]:
+    """(refusal, warning) for resuming `runs` (a resumable bench's earlier runs) on `build`: a refusal when one
+    names other weights (it measured another model: not paired), a warning when only the packages differ (the same
+    model, run by other numerics: paired, but no longer reproduced to the last digit)."""
+    builds = [r["build"] for r in runs if r.get("build")]
+    other = next((b for b in builds if b["weights"] != build["weights"] or b["model"] != build["model"]), None)
+    if other is not None:
+        return (f"the runs file holds runs on another build ({_said(other)}) than this machine's ({_said(build)}): "
+                "runs of two builds are not paired; rerun them under another --tag, or resume where they ran"), None
+    other = next((b for b in builds if b != build), None)
+    if other is not None:
+        return None, (f"earlier runs ran the same weights with other packages ({_said(other)}; here {_said(build)}): "
+                      "paired, but a rerun here will not reproduce them to the last digit")
+    return None, None
+
+
+def unmatched_before(runs: list[dict]) -> list[str]:
+    """A line for each seed whose runs began from different untrained scores (`before`): they measured different
+    builds (runs made before `build` was recorded are told apart only this way)."""
+    firsts: dict = {}
+    lines = []
+    for r in runs:
+        key = (r.get("nodes"), r.get("seed"), r.get("rounds"), r.get("special", r.get("arm") == "E"))
+        first = firsts.setdefault(key, r)
+        if r.get("before") != first.get("before") and r is not first:
+            lines.append(f"seed {r['seed']}: {r['arm']} began from {r.get('before')}, {first['arm']} from "
+                         f"{first.get('before')}: different builds, not paired")
+    return lines
+
+
+def _said(build: dict) -> str:
+    return f"{build['model']} weights {build['weights']}, torch {build['torch']}, transformers {build['transformers']}"

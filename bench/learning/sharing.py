@@ -86,11 +86,13 @@ resumes where it stopped); the table goes to sharing<tag>.json and the figure to
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from bench.harness.models import mixed_build, unmatched_before
 from bench.harness.options import parse_sets
 from bench.harness.output import load_jsonl, results_dir, table, write_json
 from bench.harness.pool import run_jobs
@@ -163,7 +165,7 @@ def run_one(job: dict) -> dict:
     kinds = sorted(run["before_by_task"][0])
     out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
     out.update(
-        twin=run["twin"], delay=run["delay"], virtual_round_s=run["virtual_round_s"],
+        build=job.get("build"), special=special, twin=run["twin"], delay=run["delay"], virtual_round_s=run["virtual_round_s"],
         trained_by_round=run["trained_by_round"],
         groups_replayed=statistics.fmean(run["groups_replayed"]),
         gain=statistics.fmean(gains), node_gains=gains,
@@ -233,6 +235,14 @@ def run_hivemind(job: dict) -> dict:
                seconds=round(time.perf_counter() - started, 1), before=before, after=after, before_by_task=[{}],
                curves=[[m.generation.reward_mean for m in r] for r in rows])
     return out
+
+
+def model_build(config: str, sets: dict) -> dict:
+    """bench.harness.models.build_of the model every node of this invocation runs (the config's, or --set's)."""
+    from bench.harness.models import build_of
+    from node.config import load_config
+
+    return build_of(sets.get("model.spec") or load_config(config, {}).model.spec)
 
 
 def _config_reward(config: str) -> str:
@@ -333,12 +343,22 @@ def main(argv: list[str] | None = None) -> None:
     sink = out_dir / f"sharing{args.tag}.jsonl"
     runs = load_jsonl(sink)
     if not args.report:
+        build = model_build(args.config, common)
+        refusal, warning = mixed_build(runs, build)
+        if refusal:
+            print(f"bench.learning.sharing: {refusal}", file=sys.stderr)
+            sys.exit(2)
+        if warning:
+            print(f"bench.learning.sharing: {warning}", file=sys.stderr)
         for phase in (False, True):  # an R arm needs the trained tokens of the run it is matched to
-            jobs = make_jobs(args, updates, arms, runs, twin, replays=phase)
+            jobs = [{**j, "build": build} for j in make_jobs(args, updates, arms, runs, twin, replays=phase)]
             runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, sink, workers(args, jobs), describe)
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
         runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted
                 and r["rounds"] == args.rounds and twin_of(r) == twin]
+    unmatched = unmatched_before(runs)
+    for line in unmatched:
+        print(f"bench.learning.sharing: {line}", file=sys.stderr)
     rows, diffs = summarise(runs, args.versus)
     print(table(rows, ["update", "arm", "nodes", "seeds", "gain", "gain_ci", "gain_hard", "gain_hard_ci", "cum_reward",
                        "cum_above_floor", "gain_per_mtok_generated", "gain_per_mtok_trained", "informative_own",
@@ -349,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
         print(line)
     plot(runs, rows, diffs, out_dir / f"sharing{args.tag}.png")
     write_json(f"sharing{args.tag}", {"args": vars(args), "rows": rows, "diffs": diffs, "verdicts": verdicts(diffs),
+                                      "builds": sorted({json.dumps(r["build"], sort_keys=True) for r in runs
+                                                        if r.get("build")}), "unmatched_before": unmatched,
                                       "runs": [{k: v for k, v in r.items() if k != "curves"} for r in runs]}, out_dir)
 
 
