@@ -102,7 +102,7 @@ def unmatched_before(runs: list[dict]) -> list[str]:
     firsts: dict = {}
     lines = []
     for r in runs:
-        key = (r.get("nodes"), r.get("seed"), r.get("rounds"), r.get("special", r.get("arm") == "E"))
+        key = (r.get("nodes"), r.get("seed"), r.get("rounds"), r.get("twin"), r.get("special", r.get("arm") == "E"))
         first = firsts.setdefault(key, r)
         if r.get("before") != first.get("before") and r is not first:
             lines.append(f"seed {r['seed']}: {r['arm']} began from {r.get('before')}, {first['arm']} from "

@@ -71,7 +71,10 @@ paired by seed:
 libp2p streams on 127.0.0.1, asynchronous rounds (`swarm.wait_s: 0`) — to check that the in-memory
 twin does not flatter (gain and cumulative reward only; no per-kind breakdown before training).
 Runs are appended to bench/results/learning/sharing<tag>.jsonl as they finish (an interrupted invocation
-resumes where it stopped); the table goes to sharing<tag>.json and the figure to sharing<tag>.png.
+resumes where it stopped); the table goes to sharing<tag>.json and the figure to sharing<tag>.png. Each run line
+records its `build` (bench.harness.models.build_of: the model's weights hash, torch, transformers): a resumed
+invocation refuses, with one line and exit status 2, to add runs on other weights to a runs file, and names any
+seed whose runs began from different untrained scores (how two builds show in lines older than `build`).
 
     python -m bench.learning.sharing --config examples/papers/sapo.yaml --arms A B C D --update "f-tis=loss={name: f-tis}" \\
         --seeds 0 1 2 3 4 5 6 7 --rounds 30 --tag _partial
@@ -165,7 +168,8 @@ def run_one(job: dict) -> dict:
     kinds = sorted(run["before_by_task"][0])
     out = {k: job[k] for k in ("update", "arm", "nodes", "seed", "rounds")}
     out.update(
-        build=job.get("build"), special=special, twin=run["twin"], delay=run["delay"], virtual_round_s=run["virtual_round_s"],
+        build=job.get("build"), special=special,
+        twin=run["twin"], delay=run["delay"], virtual_round_s=run["virtual_round_s"],
         trained_by_round=run["trained_by_round"],
         groups_replayed=statistics.fmean(run["groups_replayed"]),
         gain=statistics.fmean(gains), node_gains=gains,
