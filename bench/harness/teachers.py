@@ -88,6 +88,7 @@ def _train(spec: str, rounds: int, over: dict, root: Path) -> None:
 
 def run_one(job: dict) -> dict:
     """One arm, one pairing, one seed: the student's (and the other node's) held-out gain and weights."""
+    from bench.harness.models import build_of
     from bench.harness.swarm import run_swarm
 
     student, other = PAIRINGS[job["pairing"].partition("@")[0]]
@@ -116,6 +117,8 @@ def run_one(job: dict) -> dict:
             local[-1] = generate[-1] = 1
     run = run_swarm(configs, local, external, job["seed"], job["rounds"], over, generate=generate)
     out = {**{k: job[k] for k in ("pairing", "arm", "seed", "rounds")}, "set": job.get("set", {})}
+    # what each node ran (bench.harness.models.build_of): runs of two builds of a model do not pair
+    out["build"] = {"student": build_of(student), **({"other": build_of(over[1]["model.spec"])} if kind else {})}
     out.update(gain=run["after"][0] - run["before"][0], before=run["before"], after=run["after"],
                score_gain=run["score_after"][0] - run["score_before"][0],
                external_groups=run["external_groups"][0], ext_w=run["external_weight"][0],
