@@ -81,11 +81,11 @@ def build_of(spec: str) -> dict:
 
 
 def mixed_build(runs: list[dict], build: dict) -> tuple[str | None, str | None]:
-    """(refusal, warning) for resuming `runs` (a resumable bench's earlier runs) on `build`: a refusal when one
-    names other weights (it measured another model: not paired), a warning when only the packages differ (the same
+    """(refusal, warning) for resuming `runs` (a resumable bench's earlier runs) on `build`: a refusal when one of
+    the same model names other weights (it measured another model: not paired), a warning when only the packages differ (the same
     model, run by other numerics: paired, but no longer reproduced to the last digit)."""
-    builds = [r["build"] for r in runs if r.get("build")]
-    other = next((b for b in builds if b["weights"] != build["weights"] or b["model"] != build["model"]), None)
+    builds = [r["build"] for r in runs if r.get("build") and r["build"]["model"] == build["model"]]
+    other = next((b for b in builds if b["weights"] != build["weights"]), None)
     if other is not None:
         return (f"the runs file holds runs on another build ({_said(other)}) than this machine's ({_said(build)}): "
                 "runs of two builds are not paired; rerun them under another --tag, or resume where they ran"), None

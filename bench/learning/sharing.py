@@ -242,7 +242,7 @@ def run_hivemind(job: dict) -> dict:
 
 
 def model_build(config: str, sets: dict) -> dict:
-    """bench.harness.models.build_of the model every node of this invocation runs (the config's, or --set's)."""
+    """bench.harness.models.build_of the model a run's nodes run (the config's, or the one its overrides set)."""
     from bench.harness.models import build_of
     from node.config import load_config
 
@@ -347,15 +347,16 @@ def main(argv: list[str] | None = None) -> None:
     sink = out_dir / f"sharing{args.tag}.jsonl"
     runs = load_jsonl(sink)
     if not args.report:
-        build = model_build(args.config, common)
-        refusal, warning = mixed_build(runs, build)
-        if refusal:
-            print(f"bench.learning.sharing: {refusal}", file=sys.stderr)
-            sys.exit(2)
-        if warning:
-            print(f"bench.learning.sharing: {warning}", file=sys.stderr)
+        for build in {json.dumps(model_build(args.config, over)): 0 for over in updates.values()}:
+            refusal, warning = mixed_build(runs, json.loads(build))
+            if refusal:
+                print(f"bench.learning.sharing: {refusal}", file=sys.stderr)
+                sys.exit(2)
+            if warning:
+                print(f"bench.learning.sharing: {warning}", file=sys.stderr)
         for phase in (False, True):  # an R arm needs the trained tokens of the run it is matched to
-            jobs = [{**j, "build": build} for j in make_jobs(args, updates, arms, runs, twin, replays=phase)]
+            jobs = [{**j, "build": model_build(args.config, j["overrides"])}
+                    for j in make_jobs(args, updates, arms, runs, twin, replays=phase)]
             runs += run_jobs(run_hivemind if args.hivemind else run_one, jobs, sink, workers(args, jobs), describe)
         wanted = {(u, a, n, s) for u in updates for a in arms for n in (args.sizes or [args.nodes]) for s in args.seeds}
         runs = [r for r in runs if (r["update"], r["arm"], r["nodes"], r["seed"]) in wanted

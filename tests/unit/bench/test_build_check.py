@@ -10,6 +10,7 @@ def test_other_weights_are_refused_other_packages_warned():
     assert mixed_build([{"build": BUILD}], BUILD) == (None, None)
     refusal, warning = mixed_build([{"build": {**BUILD, "weights": "bbbb"}}], BUILD)
     assert "weights bbbb" in refusal and "weights aaaa" in refusal and warning is None
+    assert mixed_build([{"build": {**BUILD, "model": "smollm2-135m", "weights": "cccc"}}], BUILD) == (None, None)
     refusal, warning = mixed_build([{"build": {**BUILD, "transformers": "5.24.0"}}], BUILD)
     assert refusal is None and "transformers 5.24.0" in warning
 
