@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> None:
             if hosts.switch_pid is not None:  # the user-space switch's CPU over the arm, in cores
                 row["switch_cpu_cores"] = (switch_cpu(hosts) - cpu0) / (time.monotonic() - wall0)
             rows.append(row)
-    cols = ["transport", "shard_level", "peers", "hosts", "delivery", "fetched_pairs", "failed", "p50_visible_s", "p95_visible_s",
-            "rtt_ms", "load_avg_1m", "switch_cpu_cores"]
+    cols = ["transport", "shard_level", "peers", "hosts", "delivery", "fetched_pairs", "failed", "p50_visible_s",
+            "p95_visible_s", "rtt_ms", "load_avg_1m", "switch_cpu_cores"]
     print(table(rows, cols))
     for r in rows:
         if "error" in r:

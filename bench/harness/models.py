@@ -82,8 +82,8 @@ def build_of(spec: str) -> dict:
 
 def mixed_build(runs: list[dict], build: dict) -> tuple[str | None, str | None]:
     """(refusal, warning) for resuming `runs` (a resumable bench's earlier runs) on `build`: a refusal when one of
-    the same model names other weights (it measured another model: not paired), a warning when only the packages differ (the same
-    model, run by other numerics: paired, but no longer reproduced to the last digit)."""
+    the same model names other weights (it measured another model: not paired), a warning when only the packages
+    differ (the same model, run by other numerics: paired, but no longer reproduced to the last digit)."""
     builds = [r["build"] for r in runs if r.get("build") and r["build"]["model"] == build["model"]]
     other = next((b for b in builds if b["weights"] != build["weights"]), None)
     if other is not None:
@@ -104,7 +104,7 @@ def unmatched_before(runs: list[dict]) -> list[str]:
     for r in runs:
         key = (r.get("nodes"), r.get("seed"), r.get("rounds"), r.get("twin"), r.get("special", r.get("arm") == "E"))
         first = firsts.setdefault(key, r)
-        if r.get("before") != first.get("before") and r is not first:
+        if r.get("before") != first.get("before"):
             lines.append(f"seed {r['seed']}: {r['arm']} began from {r.get('before')}, {first['arm']} from "
                          f"{first.get('before')}: different builds, not paired")
     return lines

@@ -347,8 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     sink = out_dir / f"sharing{args.tag}.jsonl"
     runs = load_jsonl(sink)
     if not args.report:
-        for build in {json.dumps(model_build(args.config, over)): 0 for over in updates.values()}:
-            refusal, warning = mixed_build(runs, json.loads(build))
+        for build in {b["model"]: b for b in (model_build(args.config, over) for over in updates.values())}.values():
+            refusal, warning = mixed_build(runs, build)
             if refusal:
                 print(f"bench.learning.sharing: {refusal}", file=sys.stderr)
                 sys.exit(2)
